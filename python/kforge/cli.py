@@ -1,0 +1,56 @@
+"""`kforge` command line. Each stage registers its own subcommands; this file only assembles them.
+
+Modules listed in COMMAND_MODULES define `register(subparsers)`, which adds parsers whose
+`func(args) -> int` runs the command. Heavy imports (torch-mlir, triton) happen inside the
+commands, so `kforge run` works where MLIR and torch-mlir are not installed.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kforge.errors import UserError
+
+COMMAND_MODULES = (
+    "kforge.frontend.commands",   # import, regions
+    "kforge.commands",            # compile, synth, run, tune
+    "kforge.bench.commands",      # bench
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kforge",
+        description="Compile PyTorch models into verified Triton kernels through MLIR fusion regions.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:      # stage not present in this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"kforge {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kforge {args.command}: interrupted; finished work is kept and reused next time",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
