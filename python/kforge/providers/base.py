@@ -48,6 +48,10 @@ class Candidate:
     `launch` receives the region's arguments (torch tensors, in spec order; weights already
     prepared by `prepare_weights` when the source defines it) and returns the region's results.
     It must launch at least one Triton kernel and must not compute the result with torch ops.
+    The source may also define `prepare_weights(weights: dict[int, torch.Tensor]) -> dict[int,
+    torch.Tensor]`, called once at load with the weight arguments (by argument index); what it
+    returns replaces those arguments in every later `launch` call (e.g. bf16 casts, hi/lo splits).
+    Verification calls it too, on fresh weights for every check.
     """
     id: str
     provider: str
