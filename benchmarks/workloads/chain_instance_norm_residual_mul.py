@@ -1,0 +1,38 @@
+"""Linear, instance norm over 32 channels, add a residual, multiply by it.
+
+KForge benchmark workload (KernelBench file format). `get_inputs()` / `get_init_inputs()` give
+the full size; pass `scale="smoke"` for the tiny CPU variant used in CI.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=2048, K=4096, N=4096)
+SMOKE = dict(M=16, K=32, N=128)
+TAGS = ('gemm', 'bias', 'instance_norm', 'residual')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N)
+        self.norm = nn.InstanceNorm1d(32)
+
+    def forward(self, x, r):
+        y = self.fc(x)
+        y = self.norm(y.view(y.shape[0], 32, -1)).view(y.shape[0], -1)
+        return (y + r) * r
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"]), torch.randn(s["M"], s["N"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]

@@ -1,0 +1,36 @@
+"""Plain matmul with a K x N weight (no nn.Linear), bias, LeakyReLU, softmax.
+
+KForge benchmark workload (KernelBench file format). `get_inputs()` / `get_init_inputs()` give
+the full size; pass `scale="smoke"` for the tiny CPU variant used in CI.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=4096, K=2048, N=4096)
+SMOKE = dict(M=16, K=32, N=64)
+TAGS = ('gemm', 'bias', 'leaky_relu', 'softmax')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(K, N) / K ** 0.5)
+        self.bias = nn.Parameter(torch.randn(N) * 0.1)
+
+    def forward(self, x):
+        return torch.softmax(F.leaky_relu(x @ self.weight + self.bias, 0.01), dim=-1)
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]

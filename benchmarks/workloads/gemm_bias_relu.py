@@ -1,0 +1,35 @@
+"""Linear with bias, then ReLU: relu(x @ W^T + b).
+
+KForge benchmark workload (KernelBench file format). `get_inputs()` / `get_init_inputs()` give
+the full size; pass `scale="smoke"` for the tiny CPU variant used in CI.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=1024, K=8192, N=8192)
+SMOKE = dict(M=16, K=32, N=64)
+TAGS = ('gemm', 'bias', 'relu')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]

@@ -1,0 +1,191 @@
+//===- Passes.td - KForge passes ---------------------------*- tablegen -*-===//
+
+#ifndef KFORGE_PASSES
+#define KFORGE_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def KForgePrintRegionStats : Pass<"kforge-print-region-stats", "::mlir::ModuleOp"> {
+  let summary = "Print statistics of the linalg ops in each function";
+  let description = [{
+    An analysis: for each function it counts the linalg ops by kind, the contractions and
+    convolutions among them, and estimates their FLOPs from static shapes (a dynamic dimension
+    counts as 1; a contraction costs 2 FLOPs per point of its iteration domain, any other
+    structured op one per scalar arith/math op of its body and point). The IR is unchanged; the
+    report goes to stderr (or stdout with `to-stdout`).
+
+    Input:
+    ```mlir
+    func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %o: tensor<4x16xf32>)
+        -> tensor<4x16xf32> {
+      %0 = linalg.matmul ins(%x, %w : tensor<4x8xf32>, tensor<8x16xf32>)
+                         outs(%o : tensor<4x16xf32>) -> tensor<4x16xf32>
+      return %0 : tensor<4x16xf32>
+    }
+    ```
+    Report:
+    ```
+    kforge region stats: @mlp
+      linalg ops: 1 (contractions: 1, convolutions: 0, reductions: 0, elementwise: 0)
+      flops: 1024
+      linalg.matmul: 1
+    ```
+    With `json=true` the same as one JSON object per function:
+    `{"function":"mlp","linalg_ops":1,"contractions":1,...,"ops":{"linalg.matmul":1}}`.
+  }];
+  let options = [
+    Option<"json", "json", "bool", /*default=*/"false",
+           "Print one JSON object per function instead of text">,
+    Option<"toStdout", "to-stdout", "bool", /*default=*/"false",
+           "Print to stdout instead of stderr">,
+    Option<"includeEmpty", "include-empty", "bool", /*default=*/"false",
+           "Also report functions without linalg ops">,
+  ];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
+def KForgeFormRegions : Pass<"kforge-form-regions", "::mlir::ModuleOp"> {
+  let summary = "Group linalg ops into kforge.fusion_region kernel candidates";
+  let description = [{
+    Runs the fusion-candidate analysis on every function (except outlined regions) and wraps
+    each group it finds in a `kforge.fusion_region`.
+
+    Anchors, in program order: contractions (`linalg.matmul`, `batch_matmul`, transposed
+    variants, contraction-shaped `linalg.generic`) and convolutions; then, with `standalone`,
+    reductions and elementwise chains that no anchor took. A region grows by the consumers of
+    its values, of the kinds in `consumers`: `elementwise` epilogues (bias, scale, residual add,
+    activations, clamps, division), `reduction`s (row reductions, the pieces of softmax,
+    log-softmax and normalizations, pooling), `reshape`s between them. Cheap producers of its
+    operands (fills, transposes, broadcasts, empties, small constants, reshapes of inputs) are
+    recomputed inside the region. A value that is also used outside the region stays available
+    as a region result; no op is moved where that would break dominance; ops the analysis does
+    not know stay outside, untouched.
+
+    Before:
+    ```mlir
+    %t = linalg.transpose ins(%w : tensor<32x64xf32>) outs(%e0 : tensor<64x32xf32>) permutation = [1, 0]
+    %f = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8x32xf32>) -> tensor<8x32xf32>
+    %m = linalg.matmul ins(%x, %t : tensor<8x64xf32>, tensor<64x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+    %r = linalg.generic {...relu...} ins(%m : tensor<8x32xf32>) outs(%e1 : tensor<8x32xf32>) -> tensor<8x32xf32>
+    ```
+    After:
+    ```mlir
+    %r = kforge.fusion_region "contraction" (%a = %x, %b = %w)
+        : (tensor<8x64xf32>, tensor<32x64xf32>) -> tensor<8x32xf32>
+        attributes {fused = ["transpose", "fill", "matmul", "relu"]} {
+      ... the transpose, fill, matmul and relu, reading %a and %b ...
+      kforge.yield %relu : tensor<8x32xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"maxOps", "max-ops", "unsigned", /*default=*/"32",
+           "Most linalg ops one region may hold (recomputed producers not counted)">,
+    Option<"consumers", "consumers", "std::string",
+           /*default=*/"\"elementwise,reduction,reshape\"",
+           "Consumer kinds fused into a region: comma-separated elementwise, reduction, "
+           "reshape, or none">,
+    Option<"fuseProducers", "fuse-producers", "bool", /*default=*/"true",
+           "Recompute cheap producers (fill, transpose, broadcast, small constants, "
+           "reshapes) inside regions">,
+    Option<"standalone", "standalone", "bool", /*default=*/"true",
+           "Also form regions around reductions and elementwise chains without a "
+           "contraction or convolution">,
+  ];
+  let dependentDialects = ["::mlir::kforge::KForgeDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+def KForgeOutlineRegions : Pass<"kforge-outline-regions", "::mlir::ModuleOp"> {
+  let summary = "Outline each fusion region into a kernel-candidate function";
+  let description = [{
+    Each `kforge.fusion_region` becomes a call of a private function
+    `@kforge_region_<hash>`, where `<hash>` is 16 hex digits of a content hash of the region:
+    independent of SSA names, the enclosing function's name and the order of independent ops;
+    different for any change of an op, attribute, constant or shape (and of which arguments
+    are weights). Regions with the same hash share one function. The function carries
+    `kforge.hash`, `kforge.root_kind`, `kforge.fused`, `kforge.flops` (estimated from static
+    shapes, dynamic dimensions count as 1) and `kforge.min_bytes` (sum of argument and result
+    bytes); an argument that is a function argument marked `{kforge.weight = "name"}` keeps
+    that attribute.
+
+    Before:
+    ```mlir
+    func.func @main(%x: tensor<8x64xf32>, %w: tensor<32x64xf32> {kforge.weight = "fc.weight"}) -> tensor<8x32xf32> {
+      %r = kforge.fusion_region "contraction" (%a = %x, %b = %w) : ... { ... }
+      return %r : tensor<8x32xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(...) -> tensor<8x32xf32> {
+      %r = call @kforge_region_1f0c9e2b3a4d5c6e(%x, %w) : (...) -> tensor<8x32xf32>
+      return %r : tensor<8x32xf32>
+    }
+    func.func private @kforge_region_1f0c9e2b3a4d5c6e(%a: tensor<8x64xf32>,
+        %b: tensor<32x64xf32> {kforge.weight = "fc.weight"}) -> tensor<8x32xf32>
+        attributes {kforge.flops = 33024 : i64, kforge.fused = [...], kforge.hash = "1f0c9e2b3a4d5c6e",
+                    kforge.min_bytes = 11264 : i64, kforge.root_kind = "contraction"} { ... }
+    ```
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+}
+
+def KForgeExportRegions : Pass<"kforge-export-regions", "::mlir::ModuleOp"> {
+  let summary = "Write each outlined region's MLIR and kernel spec, and the host plan";
+  let description = [{
+    For every outlined region function (`kforge.hash` set) writes `<dir>/<hash>.mlir` (the
+    function alone) and `<dir>/<hash>.json`, its kernel spec; for each function that calls
+    regions, `<dir>/host_plan.json` (the first such function) or
+    `<dir>/host_plan.<function>.json` (any other). The formats are those of
+    docs/kernel-spec.md (schema docs/kernel-spec.schema.json). The IR is unchanged.
+
+    ```
+    kforge-opt model.mlir --kforge-pipeline --kforge-export-regions="dir=out/regions"
+    out/regions/1f0c9e2b3a4d5c6e.mlir  out/regions/1f0c9e2b3a4d5c6e.json  out/regions/host_plan.json
+    ```
+  }];
+  let options = [
+    Option<"dir", "dir", "std::string", /*default=*/"\"\"",
+           "Directory to write into (created if missing); required">,
+    Option<"hostPlan", "host-plan", "bool", /*default=*/"true",
+           "Also write the host plan of each calling function">,
+  ];
+}
+
+def KForgeLinkKernels : Pass<"kforge-link-kernels", "::mlir::ModuleOp"> {
+  let summary = "Replace region calls with calls of verified kernels from a manifest";
+  let description = [{
+    Reads the manifest (docs/kernel-spec.md, "Manifest") and replaces every call of an
+    outlined region whose hash has an entry with `verification.status == "verified"` by a
+    `kforge.custom_call` of a `kforge.kernel` declaration that carries the kernel's symbol,
+    target, launch data and verification record. Calls of regions without a verified kernel
+    stay as they are; a region function no call needs any more is removed. With
+    `emit-func-calls=true`, emits `func.call`s of external `func.func private @<symbol>`
+    declarations instead, for pipelines that do not load the kforge dialect.
+
+    Before:
+    ```mlir
+    %r = call @kforge_region_1f0c9e2b3a4d5c6e(%x, %w) : (tensor<8x64xf32>, tensor<32x64xf32>) -> tensor<8x32xf32>
+    ```
+    After:
+    ```mlir
+    kforge.kernel @kforge_kernel_1f0c9e2b3a4d5c6e_cuda : (tensor<8x64xf32>, tensor<32x64xf32>) -> tensor<8x32xf32>
+        target "cuda" hash "1f0c9e2b3a4d5c6e" launch {...} verification {status = "verified", ...}
+    %r = kforge.custom_call @kforge_kernel_1f0c9e2b3a4d5c6e_cuda(%x, %w) : (...) -> tensor<8x32xf32>
+    ```
+  }];
+  let options = [
+    Option<"manifest", "manifest", "std::string", /*default=*/"\"\"",
+           "Path of manifest.json; required">,
+    Option<"emitFuncCalls", "emit-func-calls", "bool", /*default=*/"false",
+           "Emit func.call of external func.func declarations instead of kforge ops">,
+    Option<"target", "target", "std::string", /*default=*/"\"\"",
+           "Only link kernels for this target (cuda, xpu, cpu); empty: any">,
+  ];
+  let dependentDialects = ["::mlir::kforge::KForgeDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+#endif // KFORGE_PASSES

@@ -1,0 +1,175 @@
+"""`kforge bench`: the command line of the benchmark (see docs/bench.md)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from kforge.errors import UserError
+
+POLICIES = ("strict", "tf32", "bf16")
+BASELINES = ("eager", "compile")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="time PyTorch eager, torch.compile and KForge packages on a workload suite",
+        description="Time PyTorch eager, torch.compile and KForge on KernelBench-format workloads, "
+                    "check KForge on fresh inputs, and write JSON, Markdown and a PNG plot.")
+    p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                   help="workload names, glob patterns (gemm_*), files or folders "
+                        "(default: every file in benchmarks/workloads)")
+    p.add_argument("--target", choices=("cuda", "cpu"), default=None,
+                   help="device to run on (default: cuda when available, else cpu)")
+    p.add_argument("--precision", default="strict",
+                   help="precision policy, or several comma-separated: strict,tf32,bf16 "
+                        "(baselines are measured once and shared)")
+    p.add_argument("--out", required=False, type=Path, default=None,
+                   help="output folder for bench.json, bench.md, bench.png")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes (each workload's SMOKE variant), for CPU runs in CI")
+    p.add_argument("--packages", type=Path, default=None,
+                   help="folder of packages compiled elsewhere: PACKAGES/<policy>/<workload>/ "
+                        "(benchmarks/build_packages.sh makes one); default: compile here")
+    p.add_argument("--no-tune", action="store_true",
+                   help="with --packages: do not run `kforge tune` on them first")
+    p.add_argument("--tune-timeout", type=float, default=900.0, metavar="S",
+                   help="limit for one `kforge tune` (default 900 s)")
+    p.add_argument("--baselines", default="eager,compile",
+                   help="comma-separated subset of eager,compile (default both; "
+                        "a skipped baseline is recorded with its reason)")
+    p.add_argument("--compile-mode", default=None,
+                   help="torch.compile mode (default: Inductor's default)")
+    p.add_argument("--provider", default="builtin", help="KForge provider when compiling here")
+    p.add_argument("--peaks", choices=("measure", "table"), default=None,
+                   help="roofline peaks: measure on this machine (default on cuda) or DESIGN.md's "
+                        "H200 table (default on cpu)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run every N-th workload starting at I (one shard per GPU)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="stop starting new workloads after S seconds; the rest are recorded as skipped")
+    p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
+                   help="like --time-budget, as an absolute time (seconds since the epoch), "
+                        "shared by the shards of one run")
+    p.add_argument("--rep-ms", type=float, default=200.0,
+                   help="CUDA: target timed milliseconds per measurement (at least --min-reps runs)")
+    p.add_argument("--min-reps", type=int, default=20, help="CUDA: fewest timed runs per measurement")
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                   help="do not run: merge bench JSON files (shards) into one report in --out")
+    p.add_argument("--list", action="store_true", help="list the workloads and exit")
+    p.set_defaults(func=run_bench)
+
+
+def _split(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise UserError(f"--{what} {text!r}: expected a comma-separated subset of {', '.join(allowed)}")
+    return items
+
+
+def run_bench(args) -> int:
+    from kforge.bench import report, workloads as wl_mod
+
+    if args.merge:
+        if not args.out:
+            raise UserError("--merge needs --out DIR")
+        docs = []
+        for path in args.merge:
+            try:
+                docs.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                raise UserError(f"--merge {path}: cannot read a bench JSON: {exc}") from exc
+        paths = report.write_all(report.merge(docs), args.out)
+        print(f"merged {len(docs)} reports: " + ", ".join(str(p) for p in paths.values()))
+        return 0
+
+    selected = wl_mod.discover(args.workloads)
+    if args.list:
+        for w in selected:
+            mod = w.module()
+            print(f"{w.name:42s} {' '.join(getattr(mod, 'TAGS', ()))}")
+        return 0
+    if not args.out:
+        raise UserError("--out DIR is required (where bench.json, bench.md and bench.png go)")
+    shard = None
+    if args.shard:
+        try:
+            i, n = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            raise UserError(f"--shard {args.shard!r}: expected I/N, e.g. 0/8") from None
+        selected, shard = wl_mod.shard(selected, i, n), f"{i}/{n}"
+    precisions = _split(args.precision, POLICIES, "precision")
+    baselines = _split(args.baselines, BASELINES, "baselines")
+
+    import torch
+    target = args.target or ("cuda" if torch.cuda.is_available() else "cpu")
+    if target == "cuda" and not torch.cuda.is_available():
+        raise UserError("--target cuda: no CUDA device visible to PyTorch; use --target cpu")
+    if target == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # KForge kernels run in the interpreter
+    return _run(args, selected, target, precisions, baselines, shard)
+
+
+def _deadline(args, start: float) -> float | None:
+    limits = [x for x in (args.deadline, start + args.time_budget if args.time_budget else None)
+              if x is not None]
+    return min(limits) if limits else None
+
+
+def _run(args, selected, target, precisions, baselines, shard) -> int:
+    from kforge.bench import report, roofline, timing
+    from kforge.bench.runner import BenchConfig, Runner
+
+    start = time.time()
+    timer = (timing.CudaTimer(rep_ms=args.rep_ms, min_reps=args.min_reps) if target == "cuda"
+             else timing.CpuTimer())
+    notes = []
+    peaks_mode = args.peaks or ("measure" if target == "cuda" else "table")
+    if peaks_mode == "measure":
+        try:
+            peaks = roofline.measure_peaks(target, timer)
+        except Exception as exc:
+            peaks = roofline.DESIGN_H200
+            notes.append(f"peak measurement failed ({type(exc).__name__}: {exc}); DESIGN.md table used")
+    else:
+        peaks = roofline.DESIGN_H200
+        if target == "cpu":
+            notes.append("CPU run: roofline fractions use the H200 table and only exercise the "
+                         "pipeline; times are the Triton interpreter's")
+    print(f"peaks ({peaks.source}): fp32 {peaks.fp32_tflops:.1f}, tf32 {peaks.tf32_tflops:.1f}, "
+          f"bf16 {peaks.bf16_tflops:.1f} TFLOP/s, {peaks.bandwidth_tbs:.2f} TB/s", flush=True)
+
+    out = args.out
+    config = BenchConfig(
+        target=target, precisions=precisions, scale="smoke" if args.smoke else "full",
+        baselines=baselines, provider=args.provider, packages=args.packages, tune=not args.no_tune,
+        tune_timeout_s=args.tune_timeout, compile_mode=args.compile_mode,
+        workdir=out / "work", deadline=_deadline(args, start))
+    results = Runner(config, timer, peaks, log=lambda m: print(m, flush=True)).run(selected)
+
+    cfg_json = {
+        "target": target, "precisions": list(precisions), "scale": config.scale,
+        "baselines": list(baselines), "provider": args.provider, "shard": shard,
+        "compile_mode": args.compile_mode or "default",
+        "kforge_source": (f"loaded from {args.packages} (compiled elsewhere; "
+                          f"{'tuned/verified here with `kforge tune`' if config.tune else 'not re-tuned'})"
+                          if args.packages else "compiled here with kforge.compile"),
+        "baseline_note": "PyTorch eager and torch.compile run the model as written: fp32, TF32 off "
+                         "(PyTorch's default); speedups are over the faster of the two, per workload",
+        "argv": sys.argv[1:],
+        "wall_s": round(time.time() - start, 1),
+    }
+    cfg_json["timing_method"] = (
+        "triton.testing.do_bench: CUDA events per run, 256 MB L2-flush write before each run, "
+        f"warm-up first, median of >= {args.min_reps} runs" if target == "cuda" else
+        "host clock (time.perf_counter), one warm-up, cache-flush write before each run, median of 5 runs")
+    doc = report.build_document(report.environment(target), cfg_json, peaks.to_json(),
+                                [r.to_json() for r in results], notes)
+    paths = report.write_all(doc, out)
+    print(report.markdown(doc).split("## Per workload")[0])
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0

@@ -1,0 +1,266 @@
+"""Suite reports: one JSON document (schema "kforge.bench", version 1), a Markdown table and a
+PNG plot. Shards of one suite (several GPUs, several calls) merge into one report."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import platform
+import subprocess
+from pathlib import Path
+
+from kforge.bench import stats
+
+SCHEMA, VERSION = "kforge.bench", 1
+
+
+def environment(target: str) -> dict:
+    import torch
+
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "target": target,
+    }
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if target == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["hardware"] = torch.cuda.get_device_name(0)
+        env["gpu"] = {"name": props.name, "sms": props.multi_processor_count,
+                      "memory_gib": round(props.total_memory / 2 ** 30, 1),
+                      "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda}
+        try:
+            env["gpu"]["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        except Exception:
+            pass
+    else:
+        env["hardware"] = f"{platform.processor() or platform.machine()} CPU (Triton interpreter)"
+    try:
+        root = Path(__file__).resolve().parents[3]
+        env["git_commit"] = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                                           capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except Exception:
+        env["git_commit"] = None
+    return env
+
+
+def summarize_suite(workloads: list[dict], precisions: list[str]) -> dict:
+    """Per policy: geomean speedup over the correct workloads, fast_p over all of them, geomean
+    roofline fraction; also per group (gemm / fusion / transformer)."""
+    out = {}
+    for policy in precisions:
+        groups: dict[str, tuple[list, list]] = {}
+        for w in workloads:
+            pr = next((p for p in w.get("policies", []) if p["precision"] == policy), None)
+            if w.get("status") == "skipped" and pr is None:
+                continue       # not run at all (time budget): not part of this suite's numbers
+            speedup = pr["speedup"] if pr else None
+            fraction = pr["roofline_fraction"] if pr and pr["kforge"]["status"] == "ok" else None
+            for g in ("all", _group(w)):
+                groups.setdefault(g, ([], []))
+                groups[g][0].append(speedup)
+                groups[g][1].append(fraction)
+        out[policy] = {g: stats.summarize(s, f) for g, (s, f) in groups.items()}
+    return out
+
+
+def _group(w: dict) -> str:
+    tags = w.get("tags") or []
+    if "transformer" in tags:
+        return "transformer"
+    if "gemm" in tags:
+        return "gemm"
+    if "fusion" in tags:
+        return "fusion"
+    return "other"
+
+
+def build_document(env: dict, config: dict, peaks: dict, workloads: list[dict], notes: list[str]) -> dict:
+    return {"schema": SCHEMA, "version": VERSION, "environment": env, "config": config,
+            "peaks": peaks, "notes": notes, "workloads": workloads,
+            "summary": summarize_suite(workloads, config["precisions"])}
+
+
+def merge(documents: list[dict]) -> dict:
+    """Combine shards of one suite. Environments and peaks are kept per shard; a workload that
+    appears in several shards keeps its last non-skipped result."""
+    if not documents:
+        raise ValueError("nothing to merge")
+    for d in documents:
+        if d.get("schema") != SCHEMA or d.get("version", 0) > VERSION:
+            raise ValueError(f"not a {SCHEMA} v{VERSION} document: {d.get('schema')} v{d.get('version')}")
+    by_name: dict[str, dict] = {}
+    for d in documents:
+        for w in d["workloads"]:
+            if w["name"] not in by_name or w.get("status") != "skipped":
+                by_name[w["name"]] = w
+    precisions = []
+    for d in documents:
+        precisions += [p for p in d["config"]["precisions"] if p not in precisions]
+    config = dict(documents[0]["config"], precisions=precisions)
+    config["shards"] = [d["config"].get("shard") for d in documents]
+    notes = []
+    for d in documents:
+        notes += [n for n in d.get("notes", []) if n not in notes]
+    doc = build_document(documents[0]["environment"], config, documents[0]["peaks"],
+                         sorted(by_name.values(), key=lambda w: w["name"]), notes)
+    doc["shards"] = [{"environment": d["environment"], "peaks": d["peaks"],
+                      "workloads": [w["name"] for w in d["workloads"]]} for d in documents]
+    return doc
+
+
+# ---------------------------------------------------------------- Markdown
+
+def _fmt(x, spec=".3f", none="–"):
+    if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
+        return none
+    return format(x, spec)
+
+
+def _baseline(w, name):
+    return next((b for b in w.get("baselines", []) if b["name"] == name), None)
+
+
+def _ms(c):
+    return c["timing"]["median_ms"] if c and c.get("timing") else None
+
+
+def markdown(doc: dict) -> str:
+    env, cfg, peaks = doc["environment"], doc["config"], doc["peaks"]
+    lines = [
+        "# KForge benchmark",
+        "",
+        f"- hardware: **{env.get('hardware')}**; date {env.get('date')}; torch {env.get('torch')}, "
+        f"triton {env.get('triton')}, Python {env.get('python')}; commit `{env.get('git_commit')}`",
+        f"- target `{cfg['target']}`, sizes `{cfg['scale']}`, precision policies: "
+        f"{', '.join('`%s`' % p for p in cfg['precisions'])}; provider `{cfg.get('provider')}`; "
+        f"KForge packages: {cfg.get('kforge_source')}",
+        f"- baselines: {cfg.get('baseline_note')}",
+        f"- timing: {cfg.get('timing_method')}",
+        f"- roofline peaks ({peaks['source']}: {peaks['details']}): fp32 {peaks['fp32_tflops']:.1f}, "
+        f"TF32 {peaks['tf32_tflops']:.1f}, bf16 {peaks['bf16_tflops']:.1f} TFLOP/s, "
+        f"bandwidth {peaks['bandwidth_tbs']:.2f} TB/s; policy FLOP peaks: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in peaks.get("policy_tflops", {}).items()) + " TFLOP/s",
+    ]
+    for n in doc.get("notes", []):
+        lines.append(f"- note: {n}")
+    lines += ["", "## Summary", "",
+              "| policy | group | workloads | correct | geomean speedup | fast_1 | fast_1.5 | fast_2 | fast_4 | geomean % of floor |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for policy, groups in doc["summary"].items():
+        for g, s in groups.items():
+            fp = s["fast_p"]
+            lines.append(f"| {policy} | {g} | {s['workloads']} | {s['correct']} | "
+                         f"{_fmt(s['geomean_speedup'], '.2f')}{'x' if s['geomean_speedup'] else ''} | "
+                         + " | ".join(_fmt(fp[k], '.2f') for k in ("1", "1.5", "2", "4"))
+                         + f" | {_fmt(None if s['geomean_roofline_fraction'] is None else 100 * s['geomean_roofline_fraction'], '.0f')} |")
+    lines += ["", "fast_p: fraction of all workloads whose KForge result is correct and more than p times "
+              "faster than the faster baseline; geomean speedup over the correct ones.", ""]
+    lines += ["## Per workload", "",
+              "| workload | GFLOP | MB | eager ms | compile ms | compile s | policy | kforge ms | status | "
+              "speedup | % floor | baseline % fp32 floor | kforge compile s | max rel err |",
+              "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    for w in doc["workloads"]:
+        e, c = _baseline(w, "eager"), _baseline(w, "torch.compile")
+        head = (f"| {w['name']} | {_fmt((w.get('flops') or 0) / 1e9, '.1f')} | "
+                f"{_fmt((w.get('bytes_fp32') or 0) / 1e6, '.1f')} | {_fmt(_ms(e))} | "
+                f"{_fmt(_ms(c)) if c and c['status'] == 'ok' else (c['status'] if c else '–')} | "
+                f"{_fmt(c.get('compile_s') if c else None, '.1f')} |")
+        if w.get("status") != "ok" and not w.get("policies"):
+            lines.append(head + f" – | – | {w['status']}: {w.get('reason', '')} | – | – | – | – | – |")
+            continue
+        for i, p in enumerate(w["policies"]):
+            k = p["kforge"]
+            status = k["status"] if k["status"] == "ok" else f"{k['status']}: {k.get('reason', '')[:80]}"
+            row = head if i == 0 else "| | | | | | |"
+            lines.append(
+                row + f" {p['precision']} | {_fmt(_ms(k))} | {status} | "
+                f"{_fmt(p.get('speedup'), '.2f')} | "
+                f"{_fmt(None if p.get('roofline_fraction') is None else 100 * p['roofline_fraction'], '.0f')} | "
+                f"{_fmt(None if w.get('baseline_roofline_fraction') is None else 100 * w['baseline_roofline_fraction'], '.0f')} | "
+                f"{_fmt(k.get('compile_s'), '.1f')} | {_fmt(k.get('max_rel_err'), '.1e')} |")
+    skipped = [(w["name"], b["name"], b["reason"]) for w in doc["workloads"] for b in w.get("baselines", [])
+               if b["status"] != "ok"]
+    if skipped:
+        lines += ["", "## Baselines not measured", ""]
+        reasons: dict[tuple, list] = {}
+        for name, b, r in skipped:
+            reasons.setdefault((b, r), []).append(name)
+        for (b, r), names in reasons.items():
+            lines.append(f"- {b}: {r} ({len(names)} workloads: {', '.join(names[:6])}{'...' if len(names) > 6 else ''})")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- plot
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [w["name"] for w in doc["workloads"]]
+    policies = doc["config"]["precisions"]
+    fig, axes = plt.subplots(2, 1, figsize=(max(10, 0.32 * len(names) * max(1, len(policies))), 10),
+                             sharex=True)
+    width = 0.8 / max(1, len(policies))
+    for j, policy in enumerate(policies):
+        sp, fr = [], []
+        for w in doc["workloads"]:
+            p = next((p for p in w.get("policies", []) if p["precision"] == policy), None)
+            sp.append(p["speedup"] if p and p.get("speedup") else 0.0)
+            fr.append(100 * p["roofline_fraction"] if p and p.get("roofline_fraction")
+                      and p["kforge"]["status"] == "ok" else 0.0)
+        xs = [i + (j - (len(policies) - 1) / 2) * width for i in range(len(names))]
+        s = doc["summary"][policy]["all"]
+        label = f"{policy} (geomean {_fmt(s['geomean_speedup'], '.2f')}x, fast_1 {_fmt(s['fast_p']['1'], '.2f')})"
+        axes[0].bar(xs, sp, width, label=label)
+        axes[1].bar(xs, fr, width, label=policy)
+    base = [100 * w["baseline_roofline_fraction"] if w.get("baseline_roofline_fraction") else 0.0
+            for w in doc["workloads"]]
+    axes[1].plot(range(len(names)), base, "k.", label="faster baseline, % of fp32 floor")
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("speedup over faster of eager / torch.compile\n(0 = incorrect or missing)")
+    axes[0].legend(fontsize=8)
+    axes[1].axhline(100, color="k", lw=0.8, ls="--")
+    axes[1].set_ylabel("% of roofline floor (policy peaks)")
+    axes[1].legend(fontsize=8)
+    axes[1].set_xticks(range(len(names)))
+    axes[1].set_xticklabels(names, rotation=75, ha="right", fontsize=7)
+    env = doc["environment"]
+    fig.suptitle(f"KForge bench — {env.get('hardware')} — {env.get('date')} — torch {env.get('torch')}, "
+                 f"triton {env.get('triton')} — sizes {doc['config']['scale']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(doc: dict, out_dir: Path, stem: str = "bench") -> dict[str, Path]:
+    """Write STEM.json, STEM.md and STEM.png into out_dir; the plot is skipped (with a note in
+    the Markdown) only when matplotlib is missing."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
+    paths["json"].write_text(json.dumps(doc, indent=1, default=_json_default) + "\n")
+    md = markdown(doc)
+    try:
+        plot(doc, paths["png"])
+        md += f"\n![speedup and roofline fraction]({paths['png'].name})\n"
+    except ImportError as exc:
+        md += f"\n(no plot: {exc}; `pip install matplotlib`)\n"
+        del paths["png"]
+    paths["md"].write_text(md)
+    return paths
+
+
+def _json_default(o):
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

@@ -1,0 +1,118 @@
+"""Roofline floors: the least time a workload can take on this machine under a precision policy.
+
+floor = max(FLOPs / peak FLOP rate of the policy, minimum bytes / peak memory bandwidth).
+Peaks come from a micro-benchmark run on the machine (`measure_peaks`: a large device copy and
+8192^3 matrix products on random data, through PyTorch) or, when measuring is switched off, from
+DESIGN.md's H200 table; the report says which.
+
+Peak FLOP rate per policy (the fastest arithmetic the policy allows):
+  strict  TF32 tensor-core rate / 3: an fp32-accurate product costs three TF32 products (tf32x3)
+  tf32    TF32 tensor-core rate
+  bf16    bf16 tensor-core rate
+The baselines run the model as written (fp32, TF32 off), so their floor uses the fp32 rate; that
+floor is reported too, to show how close PyTorch already is to what fp32 allows.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+POLICIES = ("strict", "tf32", "bf16")
+
+
+@dataclass(frozen=True)
+class Peaks:
+    fp32_tflops: float
+    tf32_tflops: float
+    bf16_tflops: float
+    bandwidth_tbs: float          # device copy, bytes read + bytes written per second
+    source: str                   # "measured" or "table"
+    details: str
+
+    def flops_per_s(self, policy: str) -> float:
+        rates = {"fp32": self.fp32_tflops, "strict": self.tf32_tflops / 3.0,
+                 "tf32": self.tf32_tflops, "bf16": self.bf16_tflops}
+        if policy not in rates:
+            raise ValueError(f"unknown precision policy {policy!r}; expected one of {POLICIES}")
+        return rates[policy] * 1e12
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["policy_tflops"] = {p: self.flops_per_s(p) / 1e12 for p in ("fp32",) + POLICIES}
+        return d
+
+
+# DESIGN.md, "Precision policies": measured on an H200 (2026-11).
+DESIGN_H200 = Peaks(fp32_tflops=51.0, tf32_tflops=408.0, bf16_tflops=786.0, bandwidth_tbs=4.28,
+                    source="table", details="DESIGN.md table: H200, 2026-11")
+
+
+def floor_ms(flops: float, min_bytes: float, peaks: Peaks, policy: str) -> float:
+    compute_s = flops / peaks.flops_per_s(policy)
+    memory_s = min_bytes / (peaks.bandwidth_tbs * 1e12)
+    return max(compute_s, memory_s) * 1e3
+
+
+def measure_peaks(target: str, timer) -> Peaks:
+    """Measure copy bandwidth and matrix-product rates on this machine with PyTorch."""
+    import torch
+
+    if target == "cuda":
+        dev, n, copy_elems = "cuda", 8192, 1 << 28          # 1 GiB of fp32 per copy buffer
+    else:
+        dev, n, copy_elems = "cpu", 1024, 1 << 24           # small: the CPU peaks are context only
+    gen = torch.Generator(device=dev).manual_seed(0)
+    src = torch.randn(copy_elems, device=dev, generator=gen)
+    dst = torch.empty_like(src)
+    t = timer.measure(lambda: dst.copy_(src))
+    bandwidth = 2 * src.numel() * 4 / (t.median_ms * 1e-3) / 1e12
+    del src, dst
+
+    a = torch.randn(n, n, device=dev, generator=gen)
+    b = torch.randn(n, n, device=dev, generator=gen)
+    flops = 2.0 * n ** 3
+
+    def rate(x, y, tf32: bool) -> float:
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            ms = timer.measure(lambda: torch.matmul(x, y)).median_ms
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+        return flops / (ms * 1e-3) / 1e12
+
+    fp32 = rate(a, b, False)
+    tf32 = rate(a, b, True) if target == "cuda" else fp32
+    bf16 = rate(a.bfloat16(), b.bfloat16(), False)
+    name = torch.cuda.get_device_name() if target == "cuda" else "cpu"
+    return Peaks(fp32_tflops=fp32, tf32_tflops=tf32, bf16_tflops=bf16, bandwidth_tbs=bandwidth,
+                 source="measured",
+                 details=(f"measured on {name}: device copy of {copy_elems * 4 >> 20} MiB "
+                          f"(read + write), {n}^3 matmul on random data (fp32, TF32, bf16), "
+                          f"median of timed runs"))
+
+
+def count_flops(model, inputs) -> int:
+    """FLOPs of one forward pass as PyTorch's FlopCounterMode counts them (matrix products and
+    convolutions; elementwise work is not counted, which only matters where bytes dominate)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(*inputs)
+    return int(counter.get_total_flops())
+
+
+def min_bytes(model, inputs, outputs, policy: str | None) -> int:
+    """Each input, parameter, buffer and output moved once. Under bf16 the policy lets weights be
+    cast once at load, so parameters count at 2 bytes; activations stay fp32."""
+    import torch
+
+    def nbytes(t):
+        return t.numel() * t.element_size()
+
+    tensors_in = [t for t in inputs if isinstance(t, torch.Tensor)]
+    outs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
+    total = sum(nbytes(t) for t in tensors_in) + sum(nbytes(t) for t in outs if isinstance(t, torch.Tensor))
+    for p in list(model.parameters()) + list(model.buffers()):
+        total += p.numel() * 2 if (policy == "bf16" and p.is_floating_point()) else nbytes(p)
+    return int(total)

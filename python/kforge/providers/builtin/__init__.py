@@ -1,0 +1,115 @@
+"""The builtin provider: a deterministic Triton code generator plus a rule-based analyst.
+
+`generate` turns the kernel spec into candidates, one per configuration of the target's
+configuration space for the region's kernel kind (docs/builtin-provider.md), in a fixed order;
+`analyze` compares a measured kernel with its roofline floor and its compile metadata
+(registers, spills, shared memory) and names the configurations to try next, which `generate`
+then puts first. Regions no template fits get no candidate: the loop runs their reference.
+"""
+from __future__ import annotations
+
+import json
+
+from kforge.providers.base import Candidate, GenerationRequest, Provider
+from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
+from kforge.providers.builtin.emitter import CannotGenerate
+from kforge.providers.builtin.kernels import (RegionShape, analyze_region, generate_source,
+                                              problem_of)
+from kforge.targets import get_target
+
+__all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space",
+           "generate_source", "candidates", "kernel_metadata"]
+
+
+def config_space(spec, target, precision: str, shape: RegionShape | None = None) -> list[dict]:
+    """Every configuration the builtin provider may try for this region, in its fixed order."""
+    target = get_target(target)
+    shape = shape or analyze_region(spec)
+    problem = dict(problem_of(spec, shape), precision=precision)
+    configs = target.configs(shape.kind, problem)
+    if shape.kind == "gemm":
+        if shape.reductions:
+            configs = [c for c in configs if c.get("SPLIT_K", 1) == 1]
+        precisions = target.dot_input_precisions(precision)
+        out = []
+        for p in precisions:
+            for c in configs:
+                out.append(dict(c, input_precision=p) if p else dict(c))
+        return out
+    return configs
+
+
+def _config_key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def candidates(spec, target, precision: str, configs: list[dict] | None = None) -> list[Candidate]:
+    """Candidates for the given configurations (default: the whole space), in order."""
+    target = get_target(target)
+    try:
+        shape = analyze_region(spec)
+        space = config_space(spec, target, precision, shape)
+    except CannotGenerate:
+        return []
+    out = []
+    for config in configs if configs is not None else space:
+        try:
+            source = generate_source(spec, target, precision, config, shape)
+        except CannotGenerate:
+            continue
+        index = next((i for i, c in enumerate(space) if c == config), len(space))
+        out.append(Candidate(id=f"builtin-{spec.hash}-{precision}-{target.name}-c{index}",
+                             provider="builtin", source=source, config=config,
+                             notes=f"{shape.kind} kernel, config {index} of {len(space)}"))
+    return out
+
+
+class BuiltinProvider(Provider):
+    name = "builtin"
+
+    def generate(self, request: GenerationRequest) -> list[Candidate]:
+        target = get_target(request.target)
+        spec = request.spec
+        try:
+            shape = analyze_region(spec)
+            space = config_space(spec, target, request.precision, shape)
+        except CannotGenerate:
+            return []
+        tried = {f.candidate_id for f in request.feedback}
+        if request.best is not None:
+            tried.add(request.best.id)
+        wanted: list[dict] = []
+        for f in request.feedback:                   # the analyst's picks first
+            for rec in f.recommendations:
+                if rec.startswith("config: "):
+                    try:
+                        wanted.append(json.loads(rec[len("config: "):].split("  #")[0]))
+                    except json.JSONDecodeError:
+                        pass
+        order = wanted + space
+        seen: set[str] = set()
+        picked = []
+        for config in order:
+            key = _config_key(config)
+            if key in seen:
+                continue
+            seen.add(key)
+            idx = next((i for i, c in enumerate(space) if _config_key(c) == key), None)
+            if idx is None:
+                continue
+            cid = f"builtin-{spec.hash}-{request.precision}-{target.name}-c{idx}"
+            if cid in tried:
+                continue
+            picked.append(config)
+            if len(picked) >= request.num_candidates:
+                break
+        return candidates(spec, target, request.precision, picked)
+
+    def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
+        target = get_target(request.target)
+        try:
+            shape = analyze_region(request.spec)
+            space = config_space(request.spec, target, request.precision, shape)
+        except CannotGenerate:
+            return ()
+        return analyze_profile(request.spec, target, request.precision, shape, space, profile)

@@ -1,0 +1,433 @@
+"""Turns spec values into Triton expressions at symbolic indices.
+
+The emitter computes "value v at index I" by inlining: a generic op's result at I is its body
+evaluated at the iteration point p with out_map(p) = I, its inputs read at in_map(p); a reshape
+re-indexes its source; arguments (and values another kernel materialized) are loaded. Every
+expression is placed in the outermost scope where all the variables it uses are bound, so loop
+invariants are hoisted, and cached there, so a value needed twice at one index is computed once.
+
+Reductions over the kernel's column variable become `tl.sum/max/min(..., axis=1)`, in one block
+or as a loop over column blocks (then placed before the loop that needs them).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from kforge.providers.builtin import indexing as ix
+from kforge.reference import _domain_sizes, recognize_combiner
+from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, ConstantOp, EmptyOp,
+                         GenericOp, KernelSpec, ReshapeOp)
+
+
+class CannotGenerate(Exception):
+    """The builtin generator does not handle this region (the loop then runs the reference)."""
+
+
+TL_DTYPES = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32",
+             "f64": "tl.float64", "i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16",
+             "i32": "tl.int32", "i64": "tl.int64", "index": "tl.int64"}
+TORCH_DTYPES = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32",
+                "f64": "torch.float64", "i1": "torch.bool", "i8": "torch.int8",
+                "i16": "torch.int16", "i32": "torch.int32", "i64": "torch.int64",
+                "index": "torch.int64"}
+
+_BINARY = {"arith.addf": "+", "arith.addi": "+", "arith.subf": "-", "arith.subi": "-",
+           "arith.mulf": "*", "arith.muli": "*", "arith.divf": "/", "arith.divsi": "//",
+           "arith.remf": "%", "arith.remsi": "%", "arith.andi": "&", "arith.ori": "|",
+           "arith.xori": "^"}
+_FOLD = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+         "/": lambda a, b: a / b}
+_CALL2 = {"arith.maximumf": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+          "arith.minimumf": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+          "arith.maxnumf": "tl.maximum({0}, {1})", "arith.minnumf": "tl.minimum({0}, {1})",
+          "arith.maxsi": "tl.maximum({0}, {1})", "arith.minsi": "tl.minimum({0}, {1})"}
+_CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
+          "arith.fptoui", "arith.index_cast", "arith.index_castui", "arith.extsi",
+          "arith.extui", "arith.trunci")
+_ORDERED = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<="}
+_UNORDERED_NOT = {"ugt": "<=", "uge": "<", "ult": ">=", "ule": ">"}   # u<p> = not o<inverse>
+_CMPI = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
+         "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}
+# reduction combiner -> (tl reduction, neutral element, elementwise combine)
+REDUCERS = {"arith.addf": ("tl.sum", 0.0, "({0} + {1})"),
+            "arith.maximumf": ("tl.max", float("-inf"),
+                               "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"),
+            "arith.maxnumf": ("tl.max", float("-inf"), "tl.maximum({0}, {1})"),
+            "arith.minimumf": ("tl.min", float("inf"),
+                               "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"),
+            "arith.minnumf": ("tl.min", float("inf"), "tl.minimum({0}, {1})")}
+
+
+def literal(x) -> str:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return 'float("nan")'
+        if math.isinf(x):
+            return 'float("inf")' if x > 0 else 'float("-inf")'
+        return repr(x)
+    return repr(x)
+
+
+@dataclass
+class Val:
+    """An emitted value: Triton code (a variable name or a literal), the kernel variables it
+    depends on, and its MLIR element type."""
+    code: str
+    deps: frozenset
+    dtype: str
+    literal: object = None          # the Python number for constants
+    zero_masked: bool = False       # a masked load with other=0 (safe as a dot operand)
+
+
+@dataclass
+class KVar:
+    name: str
+    mask: str | None                # in-bounds condition, None when always in bounds
+
+
+class Scope:
+    def __init__(self, parent: "Scope | None", binds=(), header: str = "", depth: int = 1):
+        self.parent = parent
+        self.binds = set(binds)
+        self.lines: list[str] = []
+        self.cache: dict = {}
+        self.header = header
+        self.depth = depth
+
+    def lookup(self, key):
+        s = self
+        while s is not None:
+            if key in s.cache:
+                return s.cache[key]
+            s = s.parent
+        return None
+
+    def emit(self, line: str):
+        self.lines.append("    " * self.depth + line)
+
+    def close(self):
+        """Append this loop's header and body to the parent."""
+        self.parent.lines.append("    " * self.parent.depth + self.header)
+        self.parent.lines.extend(self.lines)
+
+
+def domain_sizes(spec: KernelSpec, op: GenericOp) -> list[int]:
+    shapes = []
+    for o in op.operands:
+        shape = spec.tensor(o).shape
+        if any(s is None for s in shape):
+            raise CannotGenerate(f"{o} has a dynamic shape (the builtin generator needs static "
+                                 "shapes)")
+        shapes.append(SimpleNamespace(shape=tuple(shape)))
+    return _domain_sizes(op, shapes)
+
+
+def compose(expr: AffineExpr, p: dict) -> ix.Index:
+    if isinstance(expr, AffineDim):
+        if expr.d not in p:
+            raise CannotGenerate(f"iteration dimension d{expr.d} is not determined here")
+        return p[expr.d]
+    if isinstance(expr, AffineConst):
+        return ix.const(expr.c)
+    if isinstance(expr, AffineBinary):
+        a, b = compose(expr.lhs, p), compose(expr.rhs, p)
+        return {"add": ix.add, "mul": ix.mul, "floordiv": ix.floordiv, "mod": ix.mod,
+                "ceildiv": ix.ceildiv}[expr.op](a, b)
+    raise CannotGenerate("affine symbols are not supported")
+
+
+@dataclass
+class ColumnSpace:
+    """How a kernel reduces: the column variable, its extent and its tile shape."""
+    var: str                        # e.g. "cols" / "rn"
+    extent: int                     # number of columns (the reduction extent)
+    tile: str                       # e.g. "[BLOCK_R, BLOCK_C]"
+    block: str = ""                 # the column block constexpr, for looped reductions
+    looped: bool = False            # reductions loop over column blocks
+
+
+class Emitter:
+    def __init__(self, spec: KernelSpec, target, kvars: dict[str, KVar],
+                 pointers: dict[str, str], columns: ColumnSpace | None = None):
+        self.spec = spec
+        self.target = target
+        self.kvars = kvars
+        self.pointers = pointers            # tensor name -> kernel pointer parameter
+        self.columns = columns
+        self.counter = 0
+        self.loads: dict[str, set[str]] = {}   # tensor -> {"dot", "other"}: how it is read
+        self.dot_context = False
+        self.math_used = False
+        self.root: Scope | None = None
+        self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
+
+    # -- helpers --------------------------------------------------------------------------------
+    def fresh(self, stem: str = "x") -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def placement(self, scope: Scope, deps) -> Scope:
+        s = scope
+        while s.parent is not None and not (s.binds & deps):
+            s = s.parent
+        return s
+
+    def mask_of(self, deps) -> str | None:
+        masks = [self.kvars[v].mask for v in sorted(deps) if v in self.kvars
+                 and self.kvars[v].mask]
+        if not masks:
+            return None
+        return " & ".join(masks) if len(masks) == 1 else " & ".join(f"({m})" for m in masks)
+
+    def define(self, scope: Scope, deps, code: str, dtype: str, comment: str = "",
+               stem: str = "x") -> Val:
+        target = self.placement(scope, deps)
+        name = self.fresh(stem)
+        target.emit(f"{name} = {code}" + (f"  # {comment}" if comment else ""))
+        return Val(name, frozenset(deps), dtype)
+
+    # -- values -----------------------------------------------------------------------------------
+    def value(self, name: str, index: tuple, scope: Scope) -> Val:
+        key = ("value", name, index)
+        hit = scope.lookup(key)
+        if hit is not None:
+            return hit
+        if name in self.pointers:
+            val = self.load(name, index, scope)
+        else:
+            op = self.spec.producer(name)
+            if op is None:
+                raise CannotGenerate(f"{name} is not an argument of this kernel")
+            if isinstance(op, GenericOp):
+                val = self.generic_result(op, op.results.index(name), index, scope)
+            elif isinstance(op, ReshapeOp):
+                src = op.operands[0]
+                flat = ix.ravel(index, self.spec.tensor(name).shape)
+                val = self.value(src, ix.unravel(flat, self.spec.tensor(src).shape), scope)
+            elif isinstance(op, ConstantOp):
+                if op.splat is None:
+                    raise CannotGenerate(f"dense constant {name} is not supported")
+                dtype = self.spec.tensor(name).dtype
+                v = float(op.splat) if dtype.startswith(("f", "b")) else int(op.splat)
+                val = Val(literal(v), frozenset(), dtype, literal=v)
+            elif isinstance(op, EmptyOp):
+                raise CannotGenerate(f"{name} reads an uninitialized tensor")
+            else:
+                raise CannotGenerate(f"unsupported op record {op}")
+        self.placement(scope, val.deps).cache[key] = val
+        return val
+
+    def load(self, name: str, index: tuple, scope: Scope) -> Val:
+        t = self.spec.tensor(name)
+        if any(s is None for s in t.shape):
+            raise CannotGenerate(f"{name} has a dynamic shape")
+        self.loads.setdefault(name, set()).add("dot" if self.dot_context else "other")
+        offset = ix.ravel(index, t.shape)
+        deps = ix.variables(offset)
+        for i in index:
+            deps |= ix.variables(i)
+        mask = self.mask_of(deps)
+        ptr = self.pointers[name]
+        other = ", other=0.0" if t.dtype.startswith(("f", "b")) else ", other=0"
+        loads = []
+        splits = self.split_sums.get(name, 1)
+        plane = math.prod(t.shape)
+        for s in range(splits):     # split-K partial products are summed on the way in
+            off = ix.add(offset, ix.const(s * plane))
+            addr = f"{ptr} + {ix.render(off)}" if off != ix.ZERO else ptr
+            loads.append(f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})")
+        code = " + ".join(loads)
+        val = self.define(scope, deps, code, t.dtype, stem="x")
+        val.zero_masked = True
+        return val
+
+    def generic_result(self, op: GenericOp, j: int, index: tuple, scope: Scope) -> Val:
+        out_map = op.indexing_maps[op.num_inputs + j]
+        sizes = domain_sizes(self.spec, op)
+        p: dict[int, ix.Index] = {}
+        for k, r in enumerate(out_map.results):
+            if isinstance(r, AffineDim):
+                p[r.d] = index[k]
+            elif not isinstance(r, AffineConst):
+                raise CannotGenerate(f"{op.name}: output map {out_map.text} is not invertible")
+        for d in op.parallel_dims:
+            if d not in p:
+                if sizes[d] != 1:
+                    raise CannotGenerate(f"{op.name}: parallel d{d} does not reach the output")
+                p[d] = ix.ZERO
+        if op.reduction_dims:
+            return self.reduction(op, j, p, index, sizes, scope)
+        return self.body_value(op, p, op.body.yields[j], scope)
+
+    # -- bodies ------------------------------------------------------------------------------------
+    def body_value(self, op: GenericOp, p: dict, name: str, scope: Scope) -> Val:
+        body = op.body
+        pkey = tuple(sorted(p.items()))
+        if name in body.args:
+            i = body.args.index(name)
+            operand = op.operands[i]
+            m = op.indexing_maps[i]
+            if not m.results and not self.spec.tensor(operand).shape:
+                return self.value(operand, (), scope)
+            return self.value(operand, tuple(compose(r, p) for r in m.results), scope)
+        key = ("stmt", id(op), name, pkey)
+        hit = scope.lookup(key)
+        if hit is not None:
+            return hit
+        s = body.stmt(name)
+        if s.op == "arith.constant":
+            v = s.value
+            v = float(v) if s.type.startswith(("f", "b")) else int(v)
+            val = Val(literal(v), frozenset(), s.type, literal=v)
+        elif s.op == "linalg.index":
+            i = p[s.dim]
+            val = (Val(str(i.value), frozenset(), "index", literal=i.value)
+                   if isinstance(i, ix.IConst) else
+                   Val(ix.render(i), ix.variables(i), "index"))
+        else:
+            args = [self.body_value(op, p, o, scope) for o in s.operands]
+            val = self.stmt_value(s, args, scope, op)
+        self.placement(scope, val.deps).cache[key] = val
+        return val
+
+    def stmt_value(self, s, args: list[Val], scope: Scope, op: GenericOp) -> Val:
+        deps = frozenset().union(*(a.deps for a in args)) if args else frozenset()
+        a = [x.code for x in args]
+        lits = [x.literal for x in args]
+        comment = f"{s.op}"
+        if s.op in _BINARY:
+            sym = _BINARY[s.op]
+            if all(v is not None for v in lits) and sym in _FOLD and s.type.startswith("f"):
+                v = float(_FOLD[sym](*lits))
+                return Val(literal(v), frozenset(), s.type, literal=v)
+            code = f"{a[0]} {sym} {a[1]}"
+        elif s.op in _CALL2:
+            code = _CALL2[s.op].format(*a)
+        elif s.op == "arith.negf":
+            if lits[0] is not None:
+                return Val(literal(-lits[0]), frozenset(), s.type, literal=-lits[0])
+            code = f"-{a[0]}"
+        elif s.op == "arith.select":
+            code = f"tl.where({a[0]}, {a[1]}, {a[2]})"
+        elif s.op == "arith.cmpf":
+            code = self.cmpf(s.predicate, a[0], a[1])
+        elif s.op == "arith.cmpi":
+            if s.predicate not in _CMPI:
+                raise CannotGenerate(f"arith.cmpi {s.predicate}")
+            code = f"{a[0]} {_CMPI[s.predicate]} {a[1]}"
+        elif s.op in _CASTS:
+            if lits[0] is not None:
+                v = float(lits[0]) if s.type.startswith(("f", "b")) else int(lits[0])
+                if s.type == "f32":         # round the folded constant like truncf would
+                    v = struct.unpack("f", struct.pack("f", v))[0]
+                return Val(literal(v), frozenset(), s.type, literal=v)
+            if args[0].dtype == s.type:
+                return args[0]
+            code = f"{a[0]}.to({TL_DTYPES[s.type]})"
+        elif s.op == "arith.bitcast":
+            code = f"{a[0]}.to({TL_DTYPES[s.type]}, bitcast=True)"
+        elif s.op == "math.powf" and lits[1] is not None and float(lits[1]) in (1.0, 2.0, 3.0,
+                                                                               0.5):
+            e = float(lits[1])
+            code = {1.0: "{0}", 2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}",
+                    0.5: "tl.sqrt({0})"}[e].format(a[0])
+        else:
+            fmt = self.target.math(s.op)
+            if fmt is None:
+                raise CannotGenerate(f"no Triton spelling of {s.op} on target "
+                                     f"{self.target.name}")
+            if "libdevice" in fmt:
+                self.math_used = True
+            code = fmt.format(*a)
+        return self.define(scope, deps, code, s.type, comment)
+
+    @staticmethod
+    def cmpf(pred: str, a: str, b: str) -> str:
+        if pred in _ORDERED:
+            return f"{a} {_ORDERED[pred]} {b}"
+        if pred in _UNORDERED_NOT:
+            return f"~({a} {_UNORDERED_NOT[pred]} {b})"
+        other = {"une": f"{a} != {b}", "one": f"({a} < {b}) | ({a} > {b})",
+                 "ueq": f"~(({a} < {b}) | ({a} > {b}))",
+                 "ord": f"({a} == {a}) & ({b} == {b})", "uno": f"({a} != {a}) | ({b} != {b})"}
+        if pred not in other:
+            raise CannotGenerate(f"arith.cmpf {pred}")
+        return other[pred]
+
+    # -- reductions ---------------------------------------------------------------------------------
+    def init_constant(self, name: str):
+        """The constant a tensor is filled with, if it is a splat or a fill of a constant."""
+        op = self.spec.producer(name)
+        if isinstance(op, ConstantOp) and op.splat is not None:
+            return float(op.splat)
+        if isinstance(op, ReshapeOp):
+            return self.init_constant(op.operands[0])
+        if isinstance(op, GenericOp) and not op.reduction_dims:
+            y = op.body.yields[op.results.index(name)]
+            if y in op.body.args:
+                src = op.operands[op.body.args.index(y)]
+                if not self.spec.tensor(src).shape or not op.indexing_maps[
+                        op.body.args.index(y)].results:
+                    return self.init_constant(src)
+            s = op.body.stmt(y)
+            if s is not None and s.op == "arith.constant":
+                return float(s.value)
+        return None
+
+    def reduction(self, op: GenericOp, j: int, p: dict, index: tuple, sizes, scope: Scope) -> Val:
+        cols = self.columns
+        if cols is None:
+            raise CannotGenerate(f"{op.name}: a reduction in a kernel without a column space")
+        comb = recognize_combiner(op, j)
+        if comb is None or comb[0] not in REDUCERS:
+            raise CannotGenerate(f"{op.name}: reduction combiner not supported")
+        dtype = self.spec.tensor(op.results[j]).dtype
+        if not dtype.startswith("f"):
+            raise CannotGenerate(f"{op.name}: integer reductions are not supported")
+        red = op.reduction_dims
+        extent = math.prod(sizes[d] for d in red)
+        if extent != cols.extent:
+            raise CannotGenerate(f"{op.name}: reduces {extent} elements, the kernel's rows have "
+                                 f"{cols.extent}")
+        idx_deps = frozenset().union(*(ix.variables(i) for i in index)) if index else frozenset()
+        if cols.var in idx_deps:
+            raise CannotGenerate(f"{op.name}: reduction result read at a column-dependent index")
+        reducer, neutral, combine = REDUCERS[comb[0]]
+        root = self.root
+        col_index = ix.unravel(ix.IVar(cols.var), [sizes[d] for d in red])
+        p = dict(p)
+        for d, i in zip(red, col_index):
+            p[d] = i
+        col_mask = self.kvars[cols.var].mask
+        if not cols.looped:
+            f = self.body_value(op, p, comb[1], root)
+            fcode = f.code
+            if cols.var not in f.deps:
+                fcode = f"tl.broadcast_to({fcode}, {cols.tile})"
+            if col_mask:
+                fcode = f"tl.where({col_mask}, {fcode}, {literal(neutral)})"
+            r = self.define(root, f.deps - {cols.var}, f"{reducer}({fcode}, axis=1, "
+                            f"keep_dims=True)", dtype, f"{op.name} ({comb[0]})", stem="r")
+        else:
+            acc = self.fresh("acc")
+            root.emit(f"{acc} = tl.full({cols.tile}, {literal(neutral)}, {TL_DTYPES[dtype]})")
+            loop = Scope(root, binds={cols.var}, depth=root.depth + 1,
+                         header=f"for c0 in range(0, {cols.extent}, {cols.block}):")
+            loop.emit(f"{cols.var} = c0 + tl.arange(0, {cols.block})[None, :]")
+            loop.emit(f"{col_mask} = {cols.var} < {cols.extent}")
+            f = self.body_value(op, p, comb[1], loop)
+            loop.emit(f"{acc} = tl.where({col_mask}, {combine.format(acc, f.code)}, {acc})")
+            loop.close()
+            r = self.define(root, f.deps - {cols.var}, f"{reducer}({acc}, axis=1, keep_dims=True)",
+                            dtype, f"{op.name} ({comb[0]})", stem="r")
+        init_name = op.inits[j]
+        init_const = self.init_constant(init_name)
+        if init_const is not None and (init_const == neutral or (
+                math.isinf(neutral) and init_const == neutral)):
+            return r
+        init = self.value(init_name, index, scope)
+        return self.define(scope, r.deps | init.deps, combine.format(init.code, r.code), dtype,
+                           "combine with the initial value")

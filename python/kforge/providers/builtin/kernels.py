@@ -1,0 +1,545 @@
+"""Region analysis and kernel templates of the builtin generator.
+
+A region becomes one or two Triton kernels of three kinds:
+
+* elementwise: one program per BLOCK of output elements (a flat index unravelled per tensor);
+* rows: one program per BLOCK_R rows; reductions over the trailing BLOCK_C columns, in one block
+  or looped over column blocks when rows are long;
+* gemm: a tiled contraction (grouped tile order, optional split-K) with the region's
+  elementwise consumers fused on the accumulator tile, and row reductions over N fused when one
+  tile spans the row (else a second, rows kernel reads the materialized product).
+
+`generate_source(spec, target, precision, config)` returns the candidate's Python source.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kforge.providers.builtin import indexing as ix
+from kforge.providers.builtin.emitter import (TL_DTYPES, TORCH_DTYPES, CannotGenerate,
+                                              ColumnSpace, Emitter, KVar, Scope, Val,
+                                              compose, domain_sizes)
+from kforge.reference import recognize_contraction
+from kforge.spec import AffineDim, GenericOp, KernelSpec, affine_dims
+
+
+# ---------------------------------------------------------------------------------------------
+# Region analysis
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Contraction:
+    op: GenericOp
+    a: int                       # operand index of the tile-row (M) operand
+    b: int
+    batch: list[int]
+    m: list[int]
+    n: list[int]
+    k: list[int]
+    sizes: list[int]
+
+    def extent(self, dims) -> int:
+        return math.prod(self.sizes[d] for d in dims)
+
+
+@dataclass
+class RegionShape:
+    """What the generator needs to know about a region before choosing kernels."""
+    kind: str                                    # elementwise | rows | gemm
+    outputs: list[str]                           # computed results (not plain arguments)
+    contraction: Contraction | None = None
+    reductions: list[GenericOp] = field(default_factory=list)
+    rows: int = 0                                # rows kind: rows x cols per reduction
+    cols: int = 0
+
+
+def _needed_ops(spec: KernelSpec):
+    needed = set(spec.results)
+    ops = []
+    for op in reversed(spec.ops):
+        if any(r in needed for r in op.results):
+            ops.append(op)
+            needed.update(op.operands)
+    return list(reversed(ops))
+
+
+def _contraction(spec: KernelSpec, op: GenericOp) -> Contraction | None:
+    con = recognize_contraction(op, projected=False)
+    if con is None:
+        return None
+    body = op.body
+    ia, ib = body.args.index(con[0]), body.args.index(con[1])
+    maps = op.indexing_maps
+    da = set().union(*(affine_dims(r) for r in maps[ia].results))
+    db = set().union(*(affine_dims(r) for r in maps[ib].results))
+    out = [r.d for r in maps[2].results]
+    sizes = domain_sizes(spec, op)
+    batch = [d for d in out if d in da and d in db]
+    m = [d for d in out if d in da and d not in db]
+    n = [d for d in out if d in db and d not in da]
+    k = list(op.reduction_dims)
+    if set(batch + m + n) != set(out) or set(batch + m + n + k) != set(range(len(sizes))):
+        raise CannotGenerate(f"{op.name}: not a batched contraction")
+    if any(d not in da or d not in db for d in k):
+        raise CannotGenerate(f"{op.name}: a reduction dim missing from one operand")
+    # the operand whose own dims lead the output supplies the tile rows (coalesced stores)
+    if m and n and out.index(n[0]) < out.index(m[0]):
+        ia, ib, m, n = ib, ia, n, m
+    order = [d for r in maps[ia].results for d in sorted(affine_dims(r)) if d in k]
+    k = list(dict.fromkeys(order + k))
+    return Contraction(op, ia, ib, batch, m, n, k, sizes)
+
+
+def analyze_region(spec: KernelSpec) -> RegionShape:
+    """Classify the region; raises CannotGenerate when no template fits."""
+    ops = _needed_ops(spec)
+    outputs = [r for r in dict.fromkeys(spec.results) if spec.producer(r) is not None]
+    for r in outputs:
+        if any(s is None for s in spec.tensor(r).shape):
+            raise CannotGenerate(f"{r} has a dynamic shape")
+    contractions, reductions = [], []
+    for op in ops:
+        if isinstance(op, GenericOp) and op.reduction_dims:
+            con = _contraction(spec, op)
+            if con is not None and spec.tensor(op.results[0]).dtype.startswith(("f", "b")):
+                contractions.append(con)
+            else:
+                reductions.append(op)
+    if len(contractions) > 1:
+        raise CannotGenerate("more than one contraction in the region")
+    rows = cols = 0
+    for op in reductions:
+        sizes = domain_sizes(spec, op)
+        r = math.prod(sizes[d] for d in op.parallel_dims)
+        c = math.prod(sizes[d] for d in op.reduction_dims)
+        if (rows, cols) not in ((0, 0), (r, c)):
+            raise CannotGenerate("reductions of different shapes in one region")
+        rows, cols = r, c
+    if contractions:
+        return RegionShape("gemm", outputs, contractions[0], reductions, rows, cols)
+    if reductions:
+        return RegionShape("rows", outputs, None, reductions, rows, cols)
+    return RegionShape("elementwise", outputs)
+
+
+def problem_of(spec: KernelSpec, shape: RegionShape) -> dict:
+    """Sizes that configuration spaces depend on."""
+    if shape.kind == "gemm":
+        c = shape.contraction
+        n = c.extent(c.n)
+        full_rows = bool(shape.reductions) and shape.cols == n
+        return {"M": c.extent(c.m), "N": n, "K": c.extent(c.k), "batch": c.extent(c.batch),
+                "full_rows": full_rows, "reductions": bool(shape.reductions),
+                "rows": shape.rows, "cols": shape.cols}
+    if shape.kind == "rows":
+        return {"rows": shape.rows, "cols": shape.cols}
+    return {"numel": max(math.prod(spec.tensor(o).shape) for o in shape.outputs)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Kernel:
+    name: str
+    params: list[str]                 # pointer parameters, in call order
+    tensors: list[str]                # the launch-side tensor expression for each parameter
+    constexprs: dict                  # name -> value
+    lines: list[str]
+    grid: str
+    num_warps: int
+    num_stages: int | None = None
+    comment: str = ""
+
+    def source(self) -> str:
+        sig = ", ".join(self.params + [f"{k}: tl.constexpr" for k in self.constexprs])
+        head = [f"@triton.jit", f"def {self.name}({sig}):"]
+        if self.comment:
+            head.append(f'    """{self.comment}"""')
+        return "\n".join(head + self.lines) + "\n"
+
+    def call(self) -> str:
+        args = ", ".join(self.tensors + [f"{k}={v!r}" for k, v in self.constexprs.items()])
+        opts = f", num_warps={self.num_warps}"
+        if self.num_stages is not None:
+            opts += f", num_stages={self.num_stages}"
+        return f"{self.name}[{self.grid}]({args}{opts})"
+
+
+class _Builder:
+    """Shared bookkeeping for one region's kernels: pointer names, loads, emitters."""
+
+    def __init__(self, spec: KernelSpec, target, precision: str):
+        self.spec = spec
+        self.target = target
+        self.precision = precision
+        self.kernels: list[Kernel] = []
+        self.temporaries: dict[str, str] = {}       # value -> allocation expression
+        self.split_sums: dict[str, int] = {}
+        self.dot_loads: dict[str, set] = {}
+        self.math_used = False
+
+    def pointers(self, extra: dict | None = None) -> dict[str, str]:
+        ptrs = {a.name: a.name for a in self.spec.args}
+        ptrs.update({v: f"{v}_tmp" for v in self.temporaries})
+        ptrs.update(extra or {})
+        return ptrs
+
+    def emitter(self, kvars, columns=None) -> Emitter:
+        em = Emitter(self.spec, self.target, kvars, self.pointers(), columns)
+        em.split_sums = self.split_sums
+        return em
+
+    def finish(self, em: Emitter, name: str, outputs: list[str], constexprs: dict, lines,
+               grid: str, num_warps: int, num_stages=None, comment: str = "",
+               out_params: dict | None = None) -> Kernel:
+        for t, how in em.loads.items():
+            self.dot_loads.setdefault(t, set()).update(how)
+        self.math_used |= em.math_used
+        loaded = [a.name for a in self.spec.args if a.name in em.loads]
+        loaded += [v for v in self.temporaries if v in em.loads]
+        params = [em.pointers[t] for t in loaded]
+        tensors = list(loaded)
+        for o in outputs:
+            params.append((out_params or {}).get(o, f"{o}_out"))
+            tensors.append(o)
+        k = Kernel(name, params, tensors, constexprs, lines, grid, num_warps, num_stages,
+                   comment)
+        self.kernels.append(k)
+        return k
+
+    def store(self, scope: Scope, em: Emitter, out: str, ptr: str, index: tuple, val: Val):
+        shape = self.spec.tensor(out).shape
+        offset = ix.ravel(index, shape)
+        deps = ix.variables(offset)
+        mask = em.mask_of(deps)
+        addr = f"{ptr} + {ix.render(offset)}" if offset != ix.ZERO else ptr
+        scope.emit(f"tl.store({addr}, {val.code}" + (f", mask={mask})" if mask else ")"))
+
+
+def _ops_comment(spec: KernelSpec) -> str:
+    names = [op.name for op in spec.ops if isinstance(op, GenericOp)
+             and op.name != "linalg.fill"]
+    return ", ".join(dict.fromkeys(names))
+
+
+def build_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) -> None:
+    spec = b.spec
+    numel = math.prod(spec.tensor(outputs[0]).shape)
+    BLOCK = config["BLOCK"]
+    mask = "mask" if numel % BLOCK else None
+    kvars = {"offs": KVar("offs", mask)}
+    em = b.emitter(kvars)
+    root = Scope(None, binds={"offs"})
+    em.root = root
+    start = "pid.to(tl.int64) * BLOCK" if numel >= 2 ** 31 else "pid * BLOCK"
+    root.emit("pid = tl.program_id(0)")
+    root.emit(f"offs = {start} + tl.arange(0, BLOCK)")
+    if mask:
+        root.emit(f"mask = offs < {numel}")
+    for o in outputs:
+        index = ix.unravel(ix.IVar("offs"), spec.tensor(o).shape)
+        val = em.value(o, index, root)
+        root.emit(f"# {o}: {spec.tensor(o).dtype}{list(spec.tensor(o).shape)}")
+        b.store(root, em, o, f"{o}_out", index, val)
+    b.finish(em, name, outputs, {"BLOCK": BLOCK}, root.lines,
+             f"(triton.cdiv({numel}, {BLOCK}),)", config["num_warps"],
+             comment=f"elementwise over {numel} elements: {_ops_comment(spec)}")
+
+
+def _row_split(shape, rows: int, cols: int):
+    """Index of the first column dim when shape = [row dims..., column dims...]."""
+    for j in range(len(shape) + 1):
+        if math.prod(shape[:j]) == rows and math.prod(shape[j:]) == cols:
+            return j
+    return None
+
+
+def build_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: dict,
+               name: str) -> None:
+    spec = b.spec
+    BR, BC = config["BLOCK_R"], config["BLOCK_C"]
+    looped = BC < cols
+    row_mask = "row_mask" if rows % BR else None
+    col_mask = "col_mask" if (looped or cols % BC) else None
+    kvars = {"rows": KVar("rows", row_mask), "cols": KVar("cols", col_mask)}
+    columns = ColumnSpace("cols", cols, "[BLOCK_R, BLOCK_C]", "BLOCK_C", looped)
+    em = b.emitter(kvars, columns)
+    root = Scope(None, binds={"rows"} if looped else {"rows", "cols"})
+    em.root = root
+    root.emit("pid = tl.program_id(0)")
+    root.emit("rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+    if row_mask:
+        root.emit(f"row_mask = rows < {rows}")
+    if not looped:
+        root.emit("cols = tl.arange(0, BLOCK_C)[None, :]")
+        if col_mask:
+            root.emit(f"col_mask = cols < {cols}")
+    wide, narrow = [], []
+    for o in outputs:
+        shape = spec.tensor(o).shape
+        numel = math.prod(shape)
+        if numel == rows * cols and _row_split(shape, rows, cols) is not None:
+            wide.append(o)
+        elif numel == rows:
+            narrow.append(o)
+        else:
+            raise CannotGenerate(f"{o} is neither one value per row nor a row of {cols}")
+    for o in narrow:
+        shape = spec.tensor(o).shape
+        index = ix.unravel(ix.IVar("rows"), shape)
+        val = em.value(o, index, root)
+        b.store(root, em, o, f"{o}_out", index, val)
+    scope = root
+    if looped and wide:
+        scope = Scope(root, binds={"cols"}, depth=2,
+                      header=f"for c0 in range(0, {cols}, BLOCK_C):")
+        scope.emit("cols = c0 + tl.arange(0, BLOCK_C)[None, :]")
+        scope.emit(f"col_mask = cols < {cols}")
+    for o in wide:
+        shape = spec.tensor(o).shape
+        j = _row_split(shape, rows, cols)
+        index = ix.unravel(ix.IVar("rows"), shape[:j]) + ix.unravel(ix.IVar("cols"), shape[j:])
+        val = em.value(o, index, scope)
+        b.store(scope, em, o, f"{o}_out", index, val)
+    if scope is not root:
+        scope.close()
+    how = "looped over column blocks" if looped else "one block per row"
+    b.finish(em, name, outputs, {"BLOCK_R": BR, "BLOCK_C": BC}, root.lines,
+             f"(triton.cdiv({rows}, {BR}),)", config["num_warps"],
+             comment=f"{rows} rows of {cols}, {how}: {_ops_comment(spec)}")
+
+
+def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
+               fuse_rows: bool, split_k: int = 1) -> None:
+    spec, target, con = b.spec, b.target, shape.contraction
+    op = con.op
+    M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
+    batch = con.extent(con.batch)
+    BM, BN, BK = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    if fuse_rows and BN < N:
+        raise CannotGenerate("fused row reductions need BLOCK_N >= N")
+    kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None),
+             "rn": KVar("rn", "rn < %d" % N if N % BN else None),
+             "batch": KVar("batch", None),
+             "ka": KVar("ka", "ka < %d" % K if K % (BK * split_k) else None),
+             "kb": KVar("kb", "kb < %d" % K if K % (BK * split_k) else None)}
+    columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
+    em = b.emitter(kvars, columns)
+    root = Scope(None, binds={"rm", "rn", "batch"})
+    em.root = root
+    root.emit("pid = tl.program_id(0)")
+    if con.batch:
+        root.emit("batch = tl.program_id(1)")
+    if split_k > 1:
+        root.emit(f"pid_k = tl.program_id({2 if con.batch else 1})")
+    root.emit(f"num_pid_m = tl.cdiv({M}, BLOCK_M)")
+    root.emit(f"num_pid_n = tl.cdiv({N}, BLOCK_N)")
+    root.emit("# grouped tile order: GROUP_M row tiles share their B tiles in L2")
+    root.emit("group = GROUP_M * num_pid_n")
+    root.emit("first_m = (pid // group) * GROUP_M")
+    root.emit("group_m = min(num_pid_m - first_m, GROUP_M)")
+    root.emit("pid_m = first_m + (pid % group) % group_m")
+    root.emit("pid_n = (pid % group) // group_m")
+    root.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+    root.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
+    bvar, mvar, nvar = ix.IVar("batch"), ix.IVar("rm"), ix.IVar("rn")
+    p_out = {}
+    for dims, var in ((con.batch, bvar), (con.m, mvar), (con.n, nvar)):
+        for d, i in zip(dims, ix.unravel(var, [con.sizes[d] for d in dims])):
+            p_out[d] = i
+    p_a = {d: p_out[d] for d in con.batch + con.m}
+    p_b = {d: p_out[d] for d in con.batch + con.n}
+    ksizes = [con.sizes[d] for d in con.k]
+    for d, i in zip(con.k, ix.unravel(ix.IVar("ka"), ksizes)):
+        p_a[d] = i
+    for d, i in zip(con.k, ix.unravel(ix.IVar("kb"), ksizes)):
+        p_b[d] = i
+    acc_dtype = "f64" if spec.tensor(op.results[0]).dtype == "f64" else "f32"
+    root.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], dtype={TL_DTYPES[acc_dtype]})")
+    if split_k > 1:
+        header = f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * {split_k}):"
+    else:
+        header = f"for k0 in range(0, {K}, BLOCK_K):"
+    loop = Scope(root, binds={"ka", "kb"}, depth=2, header=header)
+    loop.emit("ka = k0 + tl.arange(0, BLOCK_K)[None, :]")
+    loop.emit("kb = k0 + tl.arange(0, BLOCK_K)[:, None]")
+    body = op.body
+    em.dot_context = True
+    a = em.body_value(op, p_a, body.args[con.a], loop)
+    bb = em.body_value(op, p_b, body.args[con.b], loop)
+    em.dot_context = False
+    a_code = _dot_operand(a, ("rm", "ka"), "[BLOCK_M, BLOCK_K]", kvars["ka"].mask)
+    b_code = _dot_operand(bb, ("kb", "rn"), "[BLOCK_K, BLOCK_N]", kvars["kb"].mask)
+    dtype = a.dtype
+    if b.precision == "bf16" and dtype in ("f32", "bf16", "f16"):
+        a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
+        if not target.bf16_dot_ok:      # the interpreter: bf16 values, fp32 products
+            a_code, b_code = f"{a_code}.to(tl.float32)", f"{b_code}.to(tl.float32)"
+        dot = f"tl.dot({a_code}, {b_code}, acc)"
+    elif dtype == "f32":
+        dot = f"tl.dot({a_code}, {b_code}, acc, input_precision=\"{config['input_precision']}\")"
+    elif dtype == "bf16" and not target.bf16_dot_ok:
+        dot = f"tl.dot({a_code}.to(tl.float32), {b_code}.to(tl.float32), acc)"
+    else:
+        dot = f"tl.dot({a_code}, {b_code}, acc)"
+    loop.emit(f"acc = {dot}  # {op.name}")
+    loop.close()
+    out_map = op.indexing_maps[op.num_inputs]
+    tile_index = tuple(compose(r, p_out) for r in out_map.results)
+    vc = op.results[0]
+    vc_dtype = spec.tensor(vc).dtype
+    tile_deps = frozenset({"rm", "rn"} | ({"batch"} if con.batch else set()))
+    if split_k > 1:
+        ws = f"{vc}_tmp"
+        plane = batch * M * N
+        offset = ix.ravel(tile_index, spec.tensor(vc).shape)
+        mask = em.mask_of(ix.variables(offset))
+        root.emit(f"tl.store({ws} + pid_k * {plane} + {ix.render(offset)}, acc"
+                  + (f", mask={mask})" if mask else ")"))
+        b.finish(em, name, [], {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
+                                "GROUP_M": config["GROUP_M"]}, root.lines,
+                 _gemm_grid(M, N, BM, BN, batch if con.batch else None, split_k),
+                 config["num_warps"], config.get("num_stages"),
+                 comment=f"split-K partial products ({split_k} slices of K={K}) of {op.name}")
+        b.kernels[-1].params.append(ws)
+        b.kernels[-1].tensors.append(vc)
+        return
+    acc_val = Val("acc", tile_deps, acc_dtype)
+    if vc_dtype != acc_dtype:
+        acc_val = em.define(root, tile_deps, f"acc.to({TL_DTYPES[vc_dtype]})", vc_dtype)
+    init_const = em.init_constant(op.inits[0])
+    if init_const != 0.0:
+        init = em.value(op.inits[0], tile_index, root)
+        acc_val = em.define(root, tile_deps | init.deps, f"{acc_val.code} + {init.code}",
+                            vc_dtype, "the contraction's initial value")
+    root.cache[("value", vc, tile_index)] = acc_val
+    root.emit(f"# epilogue on the accumulator tile")
+    vc_shape = spec.tensor(vc).shape
+    for o in outputs:
+        oshape = spec.tensor(o).shape
+        if tuple(oshape) == tuple(vc_shape):
+            index = tile_index
+        elif math.prod(oshape) == math.prod(vc_shape):
+            index = ix.unravel(ix.ravel(tile_index, vc_shape), oshape)
+        else:
+            raise CannotGenerate(f"{o} does not have the contraction's shape")
+        val = em.value(o, index, root)
+        b.store(root, em, o, f"{o}_out", index, val)
+    fused = "; row reductions fused (one tile spans N)" if fuse_rows else ""
+    b.finish(em, name, outputs, {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
+                                 "GROUP_M": config["GROUP_M"]}, root.lines,
+             _gemm_grid(M, N, BM, BN, batch if con.batch else None, 1),
+             config["num_warps"], config.get("num_stages"),
+             comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
+             + f", epilogue fused: {_ops_comment(spec)}{fused}")
+
+
+def _dot_operand(v: Val, axes, tile: str, kmask: str | None) -> str:
+    code = v.code
+    if not all(a in v.deps for a in axes):
+        code = f"tl.broadcast_to({code}, {tile})"
+    if kmask and not v.zero_masked:
+        code = f"tl.where({kmask}, {code}, 0.0)"
+    return code
+
+
+def _gemm_grid(M, N, BM, BN, batch, split_k) -> str:
+    dims = [f"triton.cdiv({M}, {BM}) * triton.cdiv({N}, {BN})"]
+    if batch is not None:
+        dims.append(str(batch))
+    if split_k > 1:
+        dims.append(str(split_k))
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+# ---------------------------------------------------------------------------------------------
+# The candidate source
+# ---------------------------------------------------------------------------------------------
+def generate_source(spec: KernelSpec, target, precision: str, config: dict,
+                    shape: RegionShape | None = None) -> str:
+    """The Python source of one candidate (kernels, optional prepare_weights, launch)."""
+    shape = shape or analyze_region(spec)
+    b = _Builder(spec, target, precision)
+    stem = spec.name
+    outputs = shape.outputs
+    if shape.kind == "elementwise":
+        groups: dict[int, list[str]] = {}
+        for o in outputs:
+            groups.setdefault(math.prod(spec.tensor(o).shape), []).append(o)
+        for i, group in enumerate(groups.values()):
+            suffix = "" if len(groups) == 1 else f"_{i}"
+            build_elementwise(b, group, config, f"{stem}_elementwise{suffix}")
+    elif shape.kind == "rows":
+        build_rows(b, outputs, shape.rows, shape.cols, config, f"{stem}_rows")
+    else:
+        con = shape.contraction
+        vc = con.op.results[0]
+        split_k = config.get("SPLIT_K", 1)
+        if shape.reductions and split_k > 1:
+            raise CannotGenerate("split-K with row reductions is not generated")
+        fuse = bool(shape.reductions) and config["BLOCK_N"] >= con.extent(con.n)
+        if split_k > 1:
+            b.temporaries[vc] = (f"torch.empty(({split_k}, *{tuple(spec.tensor(vc).shape)}), "
+                                 f"device=device, dtype=torch.float32)")
+            build_gemm(b, shape, [], config, f"{stem}_gemm_partial", False, split_k)
+            b.split_sums[vc] = split_k
+            build_elementwise(b, outputs, config.get("epilogue", {"BLOCK": 1024,
+                                                                  "num_warps": 4}),
+                              f"{stem}_epilogue")
+        elif shape.reductions and not fuse:
+            build_gemm(b, shape, [vc], config, f"{stem}_gemm", False)
+            b.temporaries[vc] = None            # the product, read back by the rows kernel
+            rows_config = config.get("rows") or target.configs(
+                "rows", {"rows": shape.rows, "cols": shape.cols})[0]
+            build_rows(b, outputs, shape.rows, shape.cols, rows_config, f"{stem}_rows")
+        else:
+            build_gemm(b, shape, outputs, config, f"{stem}_gemm", fuse)
+    return _assemble(b, shape, config)
+
+
+def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
+    spec, target = b.spec, b.target
+    args = [a.name for a in spec.args]
+    lines = [f'"""KForge builtin kernel for region {spec.hash} ({spec.name}).',
+             "",
+             f"Fused: {', '.join(spec.fused) or _ops_comment(spec)}. Kind: {shape.kind}. "
+             f"Precision: {b.precision}. Target: {target.name}.",
+             f"Config: {config}",
+             '"""',
+             "import torch",
+             "import triton",
+             "import triton.language as tl"]
+    if b.math_used and target.math_imports:
+        lines.append(target.math_imports)
+    lines.append("")
+    for k in b.kernels:
+        lines += ["", k.source()]
+    prepared = []
+    if b.precision == "bf16":
+        for i, a in enumerate(spec.args):
+            if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
+                prepared.append(i)
+    if prepared:
+        lines += ["", "def prepare_weights(weights):",
+                  "    # weights read only as matrix operands are cast to bf16 once, at load",
+                  f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else w)"
+                  " for i, w in weights.items()}", ""]
+    lines += ["", f"def launch({', '.join(args)}):"]
+    lines.append(f"    for t in ({', '.join(args)}{',' if len(args) == 1 else ''}):")
+    lines.append("        if not t.is_contiguous():")
+    lines.append(f'            raise ValueError("{spec.name}: arguments must be contiguous")')
+    lines.append(f"    device = {args[0]}.device" if args else "    device = 'cpu'")
+    for v, alloc in b.temporaries.items():
+        t = spec.tensor(v)
+        alloc = alloc or (f"torch.empty({tuple(t.shape)!r}, device=device, "
+                          f"dtype={TORCH_DTYPES[t.dtype]})")
+        lines.append(f"    {v} = {alloc}")
+    for o in shape.outputs:
+        t = spec.tensor(o)
+        lines.append(f"    {o} = torch.empty({tuple(t.shape)!r}, device=device, "
+                     f"dtype={TORCH_DTYPES[t.dtype]})")
+    for k in b.kernels:
+        lines.append(f"    {k.call()}")
+    lines.append(f"    return ({', '.join(spec.results)}{',' if len(spec.results) == 1 else ''})")
+    return "\n".join(lines) + "\n"

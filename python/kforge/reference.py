@@ -1,0 +1,702 @@
+"""The correctness oracle: a PyTorch execution of a kernel spec or a whole host plan.
+
+Every op record is executed with torch, on whatever device the inputs live:
+
+* `generic`: the iteration domain is materialized as broadcastable index grids (one per
+  iterator); each operand is read through its indexing map (a view for projected permutations,
+  a gather for anything else: convolution windows `d0 + d3`, `floordiv`, constants); the body
+  runs as tensor expressions over the whole domain. Reductions whose yield is `out (+|max|min|*)
+  f(...)` are recognized and finished with torch.sum/amax/amin/prod over the reduction dims;
+  contractions (`out + a * b` over projected-permutation maps) go to torch.einsum; any other
+  combiner runs as a sequential loop over the reduction points only.
+* `reshape`, `empty`, `constant`: torch.reshape, a NaN-filled tensor (reading an uninitialized
+  tensor must never look right), torch.full / torch.tensor.
+
+`reference_fn(spec)` returns `f(*args) -> tuple[Tensor, ...]`; `dtype=torch.float64` computes
+all floating-point math in float64 (for measuring a kernel's error). `run_host_plan` runs a
+whole host plan, calling verified kernels where given. `reference_source(spec)` renders the
+region as readable PyTorch-flavoured text for prompts.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from kforge.errors import UserError
+from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, AffineMap,
+                         AffineSymbol, Body, CallStep, ConstantOp, EmptyOp, GenericOp, HostPlan,
+                         KernelSpec, ReshapeOp, affine_text, load_spec)
+
+TORCH_DTYPES = {
+    "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
+    "i1": torch.bool, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
+    "i64": torch.int64, "index": torch.int64,
+}
+
+# Reductions finished by torch: combiner op -> (torch reduction, elementwise combine)
+_COMBINERS = {
+    "arith.addf": ("sum", torch.add), "arith.addi": ("sum", torch.add),
+    "arith.mulf": ("prod", torch.mul), "arith.muli": ("prod", torch.mul),
+    "arith.maximumf": ("amax", torch.maximum), "arith.maxnumf": ("amax", torch.fmax),
+    "arith.maxsi": ("amax", torch.maximum), "arith.maxui": ("amax", torch.maximum),
+    "arith.minimumf": ("amin", torch.minimum), "arith.minnumf": ("amin", torch.fmin),
+    "arith.minsi": ("amin", torch.minimum), "arith.minui": ("amin", torch.minimum),
+}
+
+# Above this many domain points a vectorized reduction is evaluated in slices of one
+# reduction dimension, to bound memory.
+_MAX_DOMAIN_POINTS = 1 << 24
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    try:
+        return TORCH_DTYPES[dtype]
+    except KeyError:
+        raise UserError(f"unknown element type {dtype!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Affine maps over index grids
+# ---------------------------------------------------------------------------------------------
+def _eval_affine(e: AffineExpr, grids):
+    if isinstance(e, AffineDim):
+        return grids[e.d]
+    if isinstance(e, AffineConst):
+        return e.c
+    if isinstance(e, AffineSymbol):
+        raise UserError("affine symbols are not supported in kernel spec version 1")
+    a, b = _eval_affine(e.lhs, grids), _eval_affine(e.rhs, grids)
+    if e.op == "add":
+        return a + b
+    if e.op == "mul":
+        return a * b
+    if e.op == "mod":
+        return a % b                  # python and torch % both floor: affine mod semantics
+    if e.op == "floordiv":
+        return a // b
+    if e.op == "ceildiv":
+        return -((-a) // b)
+    raise UserError(f"unknown affine operator {e.op!r}")
+
+
+def _grids(sizes: Sequence[int], device) -> list[torch.Tensor]:
+    n = len(sizes)
+    return [torch.arange(s, device=device).view([1] * i + [s] + [1] * (n - 1 - i))
+            for i, s in enumerate(sizes)]
+
+
+def _read_through_map(t: torch.Tensor, m: AffineMap, grids, n: int) -> torch.Tensor:
+    """The operand as an n-d tensor broadcastable over the domain: result[p] = t[m(p)]."""
+    if not m.results:
+        return t.reshape([1] * n) if t.dim() else t.view([1] * n)
+    if m.is_projected_permutation() or all(isinstance(r, (AffineDim, AffineConst))
+                                           for r in m.results):
+        dims = [r.d for r in m.results if isinstance(r, AffineDim)]
+        if len(set(dims)) == len(dims):
+            # a view: select constants, move the remaining axes into domain order
+            index = tuple(r.c if isinstance(r, AffineConst) else slice(None) for r in m.results)
+            v = t[index]
+            order = sorted(range(len(dims)), key=lambda i: dims[i])
+            v = v.permute(order)
+            shape = [1] * n
+            for i in order:
+                shape[dims[i]] = v.shape[order.index(i)]
+            v = v.reshape(shape)
+            for d in range(n):       # a slice of the domain (chunked reductions)
+                size = grids[d].shape[d]
+                if v.shape[d] not in (1, size):
+                    v = v.narrow(d, int(grids[d].reshape(-1)[0]), size)
+            return v
+    index = []
+    for r in m.results:
+        ix = _eval_affine(r, grids)
+        index.append(torch.as_tensor(ix, device=t.device) if not torch.is_tensor(ix) else ix)
+    v = t[tuple(index)]
+    return v.reshape(list(v.shape) + [1] * (n - v.dim())) if v.dim() < n else v
+
+
+def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out: torch.Tensor,
+                       n: int) -> torch.Tensor:
+    """out[m(p)] = values[p] for every domain point p (values broadcastable over the domain)."""
+    domain = [g.shape[i] for i, g in enumerate(grids)]
+    values = values.to(out.dtype)
+    if not m.results:
+        return values.expand(domain).reshape(-1)[-1].reshape(out.shape).clone()
+    dims = [r.d for r in m.results if isinstance(r, AffineDim)]
+    keep = sorted(set(dims))
+    if (len(dims) == len(m.results) and len(keep) == len(dims)
+            and all(domain[d] == 1 or d in keep for d in range(n))):
+        v = values.expand(domain).reshape([domain[d] for d in keep])
+        return v.permute([keep.index(d) for d in dims]).reshape(out.shape).contiguous()
+    index = []
+    for r in m.results:
+        ix = _eval_affine(r, grids)
+        index.append(ix if torch.is_tensor(ix) else torch.as_tensor(ix, device=out.device))
+    *index, values = torch.broadcast_tensors(*index, values)
+    out[tuple(index)] = values
+    return out
+
+
+def _domain_sizes(op: GenericOp, tensors: Sequence[torch.Tensor]) -> list[int]:
+    n = len(op.iterator_types)
+    sizes: list[int | None] = [None] * n
+    for t, m in zip(tensors, op.indexing_maps):
+        for k, r in enumerate(m.results):
+            if isinstance(r, AffineDim) and sizes[r.d] is None:
+                sizes[r.d] = t.shape[k]
+    for t, m in zip(tensors, op.indexing_maps):       # d = expr(others) - c, e.g. conv windows
+        for k, r in enumerate(m.results):
+            if isinstance(r, AffineBinary) and r.op == "add":
+                missing = [d for d in _plain_add_dims(r) if sizes[d] is None]
+                if len(missing) == 1 and all(sizes[d] is not None for d in _plain_add_dims(r)
+                                             if d != missing[0]):
+                    # extent of input k = sum of (extent-1) of the window dims + 1
+                    known = sum(sizes[d] - 1 for d in _plain_add_dims(r) if d != missing[0])
+                    sizes[missing[0]] = t.shape[k] - known
+    if any(s is None for s in sizes):
+        raise UserError(f"{op.name}: cannot infer the size of iteration dimension "
+                        f"d{sizes.index(None)} from its operands")
+    return sizes  # type: ignore[return-value]
+
+
+def _plain_add_dims(e: AffineExpr) -> list[int]:
+    if isinstance(e, AffineDim):
+        return [e.d]
+    if isinstance(e, AffineBinary) and e.op == "add":
+        return _plain_add_dims(e.lhs) + _plain_add_dims(e.rhs)
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar bodies as tensor expressions
+# ---------------------------------------------------------------------------------------------
+def _cmpf(pred: str, a, b):
+    nan = torch.isnan(a) | torch.isnan(b)
+    ordered = {"oeq": torch.eq, "ogt": torch.gt, "oge": torch.ge, "olt": torch.lt,
+               "ole": torch.le, "one": torch.ne}
+    unordered = {"ueq": torch.eq, "ugt": torch.gt, "uge": torch.ge, "ult": torch.lt,
+                 "ule": torch.le}
+    if pred in ordered:
+        return ordered[pred](a, b) & ~nan
+    if pred in unordered:
+        return unordered[pred](a, b) | nan
+    if pred == "une":
+        return torch.ne(a, b)
+    if pred == "ord":
+        return ~nan
+    if pred == "uno":
+        return nan
+    if pred == "true":
+        return torch.ones_like(nan)
+    if pred == "false":
+        return torch.zeros_like(nan)
+    raise UserError(f"arith.cmpf: unknown predicate {pred!r}")
+
+
+def _cmpi(pred: str, a, b):
+    table = {"eq": torch.eq, "ne": torch.ne, "slt": torch.lt, "sle": torch.le, "sgt": torch.gt,
+             "sge": torch.ge, "ult": torch.lt, "ule": torch.le, "ugt": torch.gt, "uge": torch.ge}
+    if pred not in table:
+        raise UserError(f"arith.cmpi: unknown predicate {pred!r}")
+    return table[pred](a, b)
+
+
+def _round_half_away(x):
+    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+
+
+_UNARY = {
+    "arith.negf": torch.neg, "math.exp": torch.exp, "math.exp2": torch.exp2,
+    "math.expm1": torch.expm1, "math.log": torch.log, "math.log1p": torch.log1p,
+    "math.log2": torch.log2, "math.sqrt": torch.sqrt, "math.rsqrt": torch.rsqrt,
+    "math.tanh": torch.tanh, "math.erf": torch.erf, "math.erfc": torch.erfc,
+    "math.sin": torch.sin, "math.cos": torch.cos, "math.tan": torch.tan, "math.atan": torch.atan,
+    "math.absf": torch.abs, "math.absi": torch.abs, "math.floor": torch.floor,
+    "math.ceil": torch.ceil, "math.round": _round_half_away, "math.roundeven": torch.round,
+    "math.trunc": torch.trunc, "math.sigmoid": torch.sigmoid,
+}
+_BINARY = {
+    "arith.addf": torch.add, "arith.addi": torch.add, "arith.subf": torch.sub,
+    "arith.subi": torch.sub, "arith.mulf": torch.mul, "arith.muli": torch.mul,
+    "arith.divf": torch.div, "arith.remf": torch.fmod, "arith.remsi": torch.fmod,
+    "arith.remui": torch.remainder,
+    "arith.divsi": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "arith.divui": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "arith.maximumf": torch.maximum, "arith.minimumf": torch.minimum,
+    "arith.maxnumf": torch.fmax, "arith.minnumf": torch.fmin,
+    "arith.maxsi": torch.maximum, "arith.minsi": torch.minimum,
+    "arith.maxui": torch.maximum, "arith.minui": torch.minimum,
+    "arith.andi": torch.bitwise_and, "arith.ori": torch.bitwise_or,
+    "arith.xori": torch.bitwise_xor, "math.powf": torch.pow, "math.fpowi": torch.pow,
+    "math.atan2": torch.atan2,
+}
+_CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
+          "arith.fptoui", "arith.index_cast", "arith.index_castui", "arith.extsi",
+          "arith.extui", "arith.trunci")
+
+
+class _Types:
+    """Element types used for computing: the spec's own, or every float type widened."""
+
+    def __init__(self, float_dtype: torch.dtype | None):
+        self.float_dtype = float_dtype
+
+    def of(self, dtype: str) -> torch.dtype:
+        t = torch_dtype(dtype)
+        if self.float_dtype is not None and t.is_floating_point:
+            return self.float_dtype
+        return t
+
+
+def _eval_body(body: Body, env: dict, types: _Types, device, wanted: Sequence[str]) -> list:
+    """Evaluate the statements `wanted` depends on; env maps block args to tensors."""
+    needed = set()
+    stack = list(wanted)
+    while stack:
+        name = stack.pop()
+        if name in needed or name in env:
+            continue
+        needed.add(name)
+        s = body.stmt(name)
+        stack.extend(s.operands)
+    for s in body.stmts:
+        if s.id not in needed:
+            continue
+        args = [env[o] for o in s.operands]
+        dt = types.of(s.type) if s.type else None
+        op = s.op
+        if op == "arith.constant":
+            r = torch.tensor(s.value, dtype=dt, device=device)
+        elif op == "linalg.index":
+            r = env[("index", s.dim)]
+        elif op in _BINARY:
+            r = _BINARY[op](*args)
+        elif op in _UNARY:
+            r = _UNARY[op](*args)
+        elif op == "arith.select":
+            r = torch.where(args[0], args[1], args[2])
+        elif op == "arith.cmpf":
+            r = _cmpf(s.predicate, *args)
+        elif op == "arith.cmpi":
+            r = _cmpi(s.predicate, *args)
+        elif op in _CASTS:
+            r = args[0].to(dt)
+        elif op == "arith.bitcast":
+            r = args[0].contiguous().view(dt)
+        else:
+            raise UserError(f"the reference does not know the body op {op!r}")
+        if dt is not None and r.dtype != dt:
+            r = r.to(dt)
+        env[s.id] = r
+    return [env[w] for w in wanted]
+
+
+def _depends_on(body: Body, name: str, on: set[str]) -> bool:
+    if name in on:
+        return True
+    s = body.stmt(name)
+    return s is not None and any(_depends_on(body, o, on) for o in s.operands)
+
+
+def recognize_combiner(op: GenericOp, j: int) -> tuple[str, str] | None:
+    """For output j of a reduction: (combiner op, the stmt id of f) when yield_j = out_j op f,
+    with f independent of every output block argument; else None."""
+    body = op.body
+    out_args = set(body.args[op.num_inputs:])
+    out_j = body.args[op.num_inputs + j]
+    s = body.stmt(body.yields[j])
+    if s is None or s.op not in _COMBINERS or len(s.operands) != 2:
+        return None
+    a, b = s.operands
+    if a == out_j and not _depends_on(body, b, out_args):
+        return s.op, b
+    if b == out_j and not _depends_on(body, a, out_args):
+        return s.op, a
+    return None
+
+
+def recognize_contraction(op: GenericOp, projected: bool = True
+                          ) -> tuple[str, str, str] | None:
+    """(lhs block arg, rhs block arg, combiner) when the body is out + a * b (casts allowed)
+    with one output: a matmul/batch-matmul/einsum when the maps are projected permutations
+    (projected=False also accepts convolution-style input maps such as d2 + d5)."""
+    if len(op.results) != 1 or op.num_inputs != 2 or not op.reduction_dims:
+        return None
+    comb = recognize_combiner(op, 0)
+    if comb is None or comb[0] not in ("arith.addf", "arith.addi"):
+        return None
+    body = op.body
+    mul = body.stmt(comb[1])
+    if mul is None or mul.op not in ("arith.mulf", "arith.muli"):
+        return None
+
+    def strip(name):
+        s = body.stmt(name)
+        while s is not None and s.op in ("arith.extf", "arith.sitofp", "arith.extsi"):
+            name = s.operands[0]
+            s = body.stmt(name)
+        return name
+
+    a, b = strip(mul.operands[0]), strip(mul.operands[1])
+    ins = body.args[:2]
+    if {a, b} != set(ins):
+        return None
+    maps = op.indexing_maps
+    if not maps[2].is_projected_permutation():
+        return None
+    if projected and not all(m.is_projected_permutation() for m in maps):
+        return None
+    if any(d in op.reduction_dims for d in maps[2].result_dims()):
+        return None
+    return a, b, comb[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Executing op records
+# ---------------------------------------------------------------------------------------------
+def _resolve_shape(shape, name: str, env) -> list[int]:
+    if any(s is None for s in shape):
+        raise UserError(f"{name}: dynamic size without 'dynamic_sizes_from'")
+    return list(shape)
+
+
+def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: set[str]):
+    tensors = [env[o] for o in op.operands]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    sizes = _domain_sizes(op, tensors)
+    n = len(sizes)
+    body = op.body
+    ni = op.num_inputs
+    inits = tensors[ni:]
+    maps = op.indexing_maps
+    red = op.reduction_dims
+
+    # contraction fast path
+    con = recognize_contraction(op) if red else None
+    if con is not None and op.results[0] in needed:
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        a_arg, b_arg, _ = con
+        ia, ib = body.args.index(a_arg), body.args.index(b_arg)
+        sub = lambda m: "".join(letters[d] for d in m.result_dims())
+        dt = out_types[0]
+        lhs = tensors[ia].to(dt) if tensors[ia].dtype != dt else tensors[ia]
+        rhs = tensors[ib].to(dt) if tensors[ib].dtype != dt else tensors[ib]
+        prod = torch.einsum(f"{sub(maps[ia])},{sub(maps[ib])}->{sub(maps[2])}", lhs, rhs)
+        return [inits[0].to(dt) + prod]
+
+    grids = _grids(sizes, device)
+    env_b: dict = {}
+    for i, (t, m) in enumerate(zip(tensors, maps)):
+        if i < ni:
+            env_b[body.args[i]] = _read_through_map(t.to(types.of_tensor(t)), m, grids, n)
+    for d in range(n):
+        env_b[("index", d)] = grids[d]
+    outs = [torch.full(tuple(t.shape), float("nan"), dtype=dt, device=device)
+            if dt.is_floating_point else torch.zeros(tuple(t.shape), dtype=dt, device=device)
+            for t, dt in zip(inits, out_types)]
+    live = [j for j, r in enumerate(op.results) if r in needed]
+
+    if not red:
+        for j, init in enumerate(inits):
+            env_b[body.args[ni + j]] = _read_through_map(init.to(out_types[j]), maps[ni + j],
+                                                         grids, n)
+        ys = _eval_body(body, env_b, types, device, [body.yields[j] for j in live])
+        for j, y in zip(live, ys):
+            outs[j] = _write_through_map(y, maps[ni + j], grids, outs[j], n)
+        return outs
+
+    combiners = {j: recognize_combiner(op, j) for j in live}
+    if all(c is not None for c in combiners.values()):
+        points = math.prod(sizes)
+        slice_dim = max(red, key=lambda d: sizes[d])
+        chunk = sizes[slice_dim]
+        if points > _MAX_DOMAIN_POINTS:
+            chunk = max(1, _MAX_DOMAIN_POINTS // max(1, points // sizes[slice_dim]))
+        accs: dict[int, torch.Tensor] = {}
+        for start in range(0, sizes[slice_dim], chunk):
+            if chunk != sizes[slice_dim]:
+                sub_grids = list(grids)
+                sub_grids[slice_dim] = grids[slice_dim].narrow(slice_dim, start,
+                                                               min(chunk, sizes[slice_dim] - start))
+                env_c = {k: v for k, v in env_b.items() if isinstance(k, tuple)}
+                for d in range(n):
+                    env_c[("index", d)] = sub_grids[d]
+                for i, (t, m) in enumerate(zip(tensors[:ni], maps[:ni])):
+                    env_c[body.args[i]] = _read_through_map(t.to(types.of_tensor(t)), m,
+                                                            sub_grids, n)
+                cur_grids = sub_grids
+            else:
+                env_c, cur_grids = env_b, grids
+            shape = [g.shape[i] for i, g in enumerate(cur_grids)]
+            fs = _eval_body(body, env_c, types, device, [combiners[j][1] for j in live])
+            for j, f in zip(live, fs):
+                kind, combine = _COMBINERS[combiners[j][0]]
+                f = f.expand(shape)
+                r = getattr(torch, kind)(f, dim=red, keepdim=True)
+                accs[j] = r if j not in accs else combine(accs[j], r)
+        for j in live:
+            init = _read_through_map(inits[j].to(out_types[j]), maps[ni + j], grids, n)
+            _, combine = _COMBINERS[combiners[j][0]]
+            total = combine(init, accs[j].to(out_types[j]))
+            reduced_grids = [g if d not in red else g[tuple(slice(0, 1) if k == d else slice(None)
+                                                           for k in range(n))]
+                             for d, g in enumerate(grids)]
+            outs[j] = _write_through_map(total, maps[ni + j], reduced_grids, outs[j], n)
+        return outs
+
+    # sequential: a loop over the reduction points, vectorized over the parallel dims
+    par_grids = list(grids)
+    for d in red:
+        par_grids[d] = grids[d][tuple(slice(0, 1) if k == d else slice(None) for k in range(n))]
+    accs = [_read_through_map(init.to(dt), maps[ni + j], par_grids, n)
+            for j, (init, dt) in enumerate(zip(inits, out_types))]
+    for point in itertools.product(*(range(sizes[d]) for d in red)):
+        pg = list(par_grids)
+        for d, v in zip(red, point):
+            pg[d] = torch.full([1] * n, v, dtype=torch.int64, device=device)
+        env_s = {("index", d): pg[d] for d in range(n)}
+        for i, (t, m) in enumerate(zip(tensors[:ni], maps[:ni])):
+            env_s[body.args[i]] = _read_through_map(t.to(types.of_tensor(t)), m, pg, n)
+        for j in range(len(inits)):
+            env_s[body.args[ni + j]] = accs[j]
+        accs = [y.to(dt) for y, dt in zip(_eval_body(body, env_s, types, device, body.yields),
+                                          out_types)]
+    for j in live:
+        outs[j] = _write_through_map(accs[j], maps[ni + j], par_grids, outs[j], n)
+    return outs
+
+
+def _types_of_tensor(self: _Types, t: torch.Tensor) -> torch.dtype:
+    if self.float_dtype is not None and t.dtype.is_floating_point:
+        return self.float_dtype
+    return t.dtype
+
+
+_Types.of_tensor = _types_of_tensor  # type: ignore[attr-defined]
+
+
+def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device):
+    """Execute one op record; tensor_type(name) -> (shape, dtype string)."""
+    if isinstance(op, GenericOp):
+        out_types = [types.of(tensor_type(r)[1]) for r in op.results]
+        for r, t in zip(op.results, _exec_generic(op, env, types, out_types, needed)):
+            env[r] = t
+    elif isinstance(op, ReshapeOp):
+        src = env[op.operands[0]]
+        shape = [-1 if s is None else s for s in tensor_type(op.results[0])[0]]
+        env[op.results[0]] = src.reshape(shape)
+    elif isinstance(op, EmptyOp):
+        shape, dtype = tensor_type(op.results[0])
+        shape = list(shape)
+        dyn = iter(op.dynamic_sizes_from)
+        for i, s in enumerate(shape):
+            if s is None:
+                try:
+                    arg, dim = next(dyn)
+                except StopIteration:
+                    raise UserError(f"{op.results[0]}: dynamic size without "
+                                    "'dynamic_sizes_from'") from None
+                shape[i] = env[arg].shape[dim]
+        dt = types.of(dtype)
+        env[op.results[0]] = (torch.full(shape, float("nan"), dtype=dt, device=device)
+                              if dt.is_floating_point else torch.zeros(shape, dtype=dt,
+                                                                       device=device))
+    elif isinstance(op, ConstantOp):
+        shape, dtype = tensor_type(op.results[0])
+        dt = types.of(dtype)
+        if op.splat is not None:
+            env[op.results[0]] = torch.full(_resolve_shape(shape, op.results[0], env), op.splat,
+                                            dtype=dt, device=device)
+        else:
+            env[op.results[0]] = torch.tensor(op.data, dtype=dt, device=device).reshape(shape)
+    else:
+        raise UserError(f"the reference cannot execute {type(op).__name__}")
+
+
+def _needed_values(ops, results) -> set[str]:
+    needed = set(results)
+    for op in reversed(ops):
+        if any(r in needed for r in op.results):
+            needed.update(op.operands)
+    return needed
+
+
+def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None
+                 ) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """A PyTorch function computing the region: f(*args) -> tuple of results (spec order).
+
+    dtype=None computes in the spec's element types; dtype=torch.float64 widens every
+    floating-point computation (results come back in float64)."""
+    types = _Types(dtype)
+    tensor_types = {t.name: (t.shape, t.dtype) for t in spec.args + spec.values}
+    needed = _needed_values(spec.ops, spec.results)
+
+    def region(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if len(args) != len(spec.args):
+            raise TypeError(f"{spec.name} takes {len(spec.args)} arguments, got {len(args)}")
+        device = args[0].device if args else torch.device("cpu")
+        env = {a.name: t for a, t in zip(spec.args, args)}
+        for op in spec.ops:
+            if any(r in needed for r in op.results):
+                _exec_op(op, env, tensor_types.__getitem__, types, needed, device)
+        return tuple(env[r] for r in spec.results)
+
+    region.__name__ = spec.name
+    region.__qualname__ = spec.name
+    return region
+
+
+def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
+                  inputs: Sequence[torch.Tensor], weights: Mapping[str, torch.Tensor],
+                  kernels: "Mapping[str, Callable] | None" = None) -> tuple[torch.Tensor, ...]:
+    """Execute a host plan: region calls go to kernels[hash] when given, else to the reference
+    of the region's spec (specs[hash], or `<hash>.json` beside the plan); other steps run here.
+
+    `inputs` are the plan inputs that are not weights, in order; `weights` maps weight names
+    (the `weight` field of an input) to tensors."""
+    specs = dict(specs or {})
+    kernels = kernels or {}
+    env: dict[str, torch.Tensor] = {}
+    user_inputs = iter(inputs)
+    for a in plan.inputs:
+        if a.weight is not None:
+            if a.weight not in weights:
+                raise UserError(f"host plan {plan.function}: weight {a.weight!r} (input "
+                                f"{a.name}) was not given")
+            env[a.name] = weights[a.weight]
+        else:
+            try:
+                env[a.name] = next(user_inputs)
+            except StopIteration:
+                n = sum(1 for x in plan.inputs if x.weight is None)
+                raise UserError(f"host plan {plan.function}: expected {n} inputs, "
+                                f"got {len(inputs)}") from None
+    device = next(iter(env.values())).device if env else torch.device("cpu")
+    tensor_types = {t.name: (t.shape, t.dtype) for t in plan.inputs + plan.values}
+    types = _Types(None)
+    refs: dict[str, Callable] = {}
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, CallStep):
+            fn = kernels.get(step.call)
+            if fn is None:
+                if step.call not in refs:
+                    spec = specs.get(step.call)
+                    if spec is None:
+                        if plan.directory is None:
+                            raise UserError(f"host plan step {i}: no spec for region {step.call}")
+                        spec = load_spec(Path(plan.directory) / f"{step.call}.json")
+                    refs[step.call] = reference_fn(spec)
+                fn = refs[step.call]
+            outs = fn(*(env[o] for o in step.operands))
+            for r, t in zip(step.results, outs):
+                env[r] = t
+        else:
+            _exec_op(step, env, tensor_types.__getitem__, types, set(step.results), device)
+    return tuple(env[o] for o in plan.outputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# A readable rendering for prompts
+# ---------------------------------------------------------------------------------------------
+_SYMBOL = {"arith.addf": "+", "arith.addi": "+", "arith.subf": "-", "arith.subi": "-",
+           "arith.mulf": "*", "arith.muli": "*", "arith.divf": "/", "arith.divsi": "//",
+           "arith.divui": "//", "arith.remf": "%", "arith.remsi": "%", "arith.andi": "&",
+           "arith.ori": "|", "arith.xori": "^"}
+_CMP = {"ogt": ">", "ugt": ">", "sgt": ">", "olt": "<", "ult": "<", "slt": "<", "oge": ">=",
+        "uge": ">=", "sge": ">=", "ole": "<=", "ule": "<=", "sle": "<=", "oeq": "==",
+        "ueq": "==", "eq": "==", "one": "!=", "une": "!=", "ne": "!="}
+_REDUCE_WORD = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
+
+
+def _index_text(m: AffineMap) -> str:
+    return ", ".join(affine_text(r) for r in m.results)
+
+
+def _body_expr(op: GenericOp, operand_text: dict, name: str, depth: int = 0) -> str:
+    body = op.body
+    if name in operand_text:
+        return operand_text[name]
+    s = body.stmt(name)
+    a = [_body_expr(op, operand_text, o, depth + 1) for o in s.operands]
+    if s.op == "arith.constant":
+        return repr(s.value)
+    if s.op == "linalg.index":
+        return f"d{s.dim}"
+    if s.op in _SYMBOL:
+        return f"({a[0]} {_SYMBOL[s.op]} {a[1]})"
+    if s.op in ("arith.cmpf", "arith.cmpi"):
+        return f"({a[0]} {_CMP.get(s.predicate, s.predicate)} {a[1]})"
+    if s.op == "arith.select":
+        return f"where({a[0]}, {a[1]}, {a[2]})"
+    if s.op == "arith.negf":
+        return f"(-{a[0]})"
+    if s.op in _CASTS:
+        return f"{a[0]}.to({s.type})"
+    short = s.op.split(".", 1)[1]
+    short = {"maximumf": "maximum", "minimumf": "minimum", "maxnumf": "fmax", "minnumf": "fmin",
+             "absf": "abs", "powf": "pow", "fpowi": "pow"}.get(short, short)
+    return f"{short}({', '.join(a)})"
+
+
+def reference_source(spec: KernelSpec) -> str:
+    """The region as readable PyTorch-flavoured pseudo-code (for prompts, not for running):
+    each generic op as an indexed formula over its iteration domain."""
+    def ttype(name):
+        t = spec.tensor(name)
+        return f"{t.dtype}[{', '.join('?' if s is None else str(s) for s in t.shape)}]"
+
+    lines = [f"def {spec.name}({', '.join(f'{a.name}: {ttype(a.name)}' for a in spec.args)}):",
+             "    # Notation: v[i, j] = expr defines every element; d0, d1, ... are loop indices;",
+             "    # sum/max over dN means a reduction loop; weights: "
+             + (", ".join(f"{a.name}={a.weight}" for a in spec.args if a.weight) or "none")]
+    for op in spec.ops:
+        if isinstance(op, GenericOp):
+            sizes = "unknown"
+            try:
+                fake = [torch.empty([0 if s is None else s for s in spec.tensor(o).shape],
+                                    device="meta") for o in op.operands]
+                sizes = ", ".join(f"d{i}<{s}" for i, s in enumerate(_domain_sizes(op, fake)))
+            except Exception:
+                pass
+            lines.append(f"    # {op.name}: {', '.join(op.iterator_types)} over ({sizes})")
+            body = op.body
+            texts = {}
+            for i, (o, m) in enumerate(zip(op.operands, op.indexing_maps)):
+                texts[body.args[i]] = f"{o}[{_index_text(m)}]" if m.results else o
+            for j, r in enumerate(op.results):
+                out_m = op.indexing_maps[op.num_inputs + j]
+                target = f"{r}[{_index_text(out_m)}]"
+                if not op.reduction_dims:
+                    expr = _body_expr(op, texts, body.yields[j])
+                    lines.append(f"    {target} = {expr}   # {ttype(r)}")
+                    continue
+                red = ", ".join(f"d{d}" for d in op.reduction_dims)
+                con = recognize_contraction(op)
+                comb = recognize_combiner(op, j)
+                if comb is not None:
+                    word = _REDUCE_WORD[_COMBINERS[comb[0]][0]]
+                    init = texts[body.args[op.num_inputs + j]]
+                    expr = _body_expr(op, texts, comb[1])
+                    how = "  (a contraction)" if con else ""
+                    lines.append(f"    {target} = {word}({init}, {word} over {red} of {expr})"
+                                 f"   # {ttype(r)}{how}")
+                else:
+                    texts_seq = dict(texts)
+                    expr = _body_expr(op, texts_seq, body.yields[j])
+                    lines.append(f"    {target} = {expr}   # sequential over {red} in order; "
+                                 f"{r} starts as {op.inits[j]}; {ttype(r)}")
+        elif isinstance(op, ReshapeOp):
+            lines.append(f"    {op.results[0]} = {op.operands[0]}.reshape("
+                         f"{list(spec.tensor(op.results[0]).shape)})   # {op.name}")
+        elif isinstance(op, EmptyOp):
+            lines.append(f"    {op.results[0]} = torch.empty({list(spec.tensor(op.results[0]).shape)})"
+                         f"   # {ttype(op.results[0])}, uninitialized")
+        elif isinstance(op, ConstantOp):
+            val = op.splat if op.splat is not None else list(op.data or ())[:8]
+            lines.append(f"    {op.results[0]} = constant({val})   # {ttype(op.results[0])}")
+    lines.append(f"    return {', '.join(spec.results)}")
+    return "\n".join(lines) + "\n"

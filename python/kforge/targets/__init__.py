@@ -1,0 +1,38 @@
+"""Targets: one small object per backend (cuda, xpu, cpu) answering the same questions.
+
+Shaped like Triton's own backends: adding a target touches one module. A target knows its
+torch device, how to time a kernel, which Triton configurations to try per kernel kind, its
+peak throughputs (for roofline floors), which `tl.dot` input precisions each precision policy
+may use, how to spell math functions the Triton interpreter lacks, and how to describe itself
+in a prompt.
+"""
+from __future__ import annotations
+
+from kforge.errors import UserError
+from kforge.targets.base import Peaks, Target
+
+_TARGETS = {
+    "cuda": "kforge.targets.cuda:CudaTarget",
+    "xpu": "kforge.targets.xpu:XpuTarget",
+    "cpu": "kforge.targets.cpu:CpuTarget",
+}
+
+
+def get_target(name: str, **kwargs) -> Target:
+    """The target called `name` (cuda | xpu | cpu)."""
+    if isinstance(name, Target):
+        return name
+    try:
+        path = _TARGETS[name]
+    except KeyError:
+        raise UserError(f"unknown target {name!r}: choose one of {', '.join(_TARGETS)}") from None
+    import importlib
+    module, cls = path.split(":")
+    return getattr(importlib.import_module(module), cls)(**kwargs)
+
+
+def target_names() -> tuple[str, ...]:
+    return tuple(_TARGETS)
+
+
+__all__ = ["Target", "Peaks", "get_target", "target_names"]

@@ -1,0 +1,103 @@
+"""The Target interface and what all targets share."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+# Kernel kinds the builtin provider generates (see docs/builtin-provider.md)
+KERNEL_KINDS = ("elementwise", "rows", "gemm")
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Peak throughputs used for roofline floors (FLOP/s per dot precision, bytes/s)."""
+    fp32: float
+    tf32: float
+    bf16: float
+    bytes_per_s: float
+
+    def flops_for(self, precision: str) -> float:
+        # strict runs at best at the tf32x3/bf16 split rate; counted against the fp32 peak
+        # is too pessimistic, against tf32 too optimistic: use the 3-pass tf32 rate.
+        return {"strict": self.tf32 / 3, "tf32": self.tf32, "bf16": self.bf16}.get(
+            precision, self.fp32)
+
+
+# Math functions that every Triton backend, the interpreter included, implements in core
+# `tl`. Values are format strings over the operands.
+CORE_MATH = {
+    "math.exp": "tl.exp({0})", "math.exp2": "tl.exp2({0})", "math.log": "tl.log({0})",
+    "math.log2": "tl.log2({0})", "math.sqrt": "tl.sqrt({0})", "math.rsqrt": "tl.rsqrt({0})",
+    "math.erf": "tl.erf({0})", "math.sin": "tl.sin({0})", "math.cos": "tl.cos({0})",
+    "math.absf": "tl.abs({0})", "math.absi": "tl.abs({0})", "math.floor": "tl.floor({0})",
+    "math.ceil": "tl.ceil({0})", "math.sigmoid": "tl.sigmoid({0})",
+}
+
+
+class Target:
+    """One backend. Subclasses set the class attributes and override what differs."""
+    name: str = "target"
+    device: str = "cpu"                 # torch device string
+    interpreter: bool = False           # kernels run in the Triton interpreter
+    peaks: Peaks = Peaks(1e11, 1e11, 1e11, 2e10)
+    bf16_dot_ok: bool = True            # False where bf16 tl.dot gives wrong results
+    math_imports: str = ""              # import lines the math spellings below need
+    extra_math: dict = {}               # op -> format string, beyond CORE_MATH
+
+    # -- precision ------------------------------------------------------------------------
+    def dot_input_precisions(self, policy: str) -> tuple[str | None, ...]:
+        """`tl.dot(input_precision=...)` values allowed for fp32 operands under `policy`,
+        best first; None means operands are cast to bf16 (the bf16 policy)."""
+        return {"strict": ("ieee",), "tf32": ("tf32",), "bf16": (None,)}[policy]
+
+    # -- math -------------------------------------------------------------------------------
+    def math(self, op: str) -> str | None:
+        """Format string for a math op on this target, or None when it has none."""
+        return self.extra_math.get(op) or CORE_MATH.get(op)
+
+    # -- timing -----------------------------------------------------------------------------
+    def time_ms(self, fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> float:
+        """Median wall-clock milliseconds of fn() (device targets override with events)."""
+        fn()
+        times = []
+        deadline = time.perf_counter() + rep / 1000
+        while len(times) < 3 or time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1000)
+            if len(times) >= 50:
+                break
+        return statistics.median(times)
+
+    def synchronize(self) -> None:
+        pass
+
+    # -- configurations -----------------------------------------------------------------------
+    def configs(self, kind: str, problem: dict) -> list[dict]:
+        """Triton configurations to try for a kernel of `kind`, best guess first.
+        problem: sizes ({"numel"} | {"rows", "cols"} | {"M", "N", "K", "batch", "dtype_bytes"})
+        and {"precision"}."""
+        raise NotImplementedError
+
+    # -- roofline -------------------------------------------------------------------------------
+    def floor_ms(self, flops: float, bytes_moved: float, precision: str) -> float:
+        """The roofline floor: the slower of compute at peak and traffic at peak bandwidth."""
+        compute = flops / self.peaks.flops_for(precision) if flops else 0.0
+        memory = bytes_moved / self.peaks.bytes_per_s if bytes_moved else 0.0
+        return max(compute, memory) * 1000
+
+    def describe(self) -> str:
+        """A paragraph for prompts: what the kernels run on and what matters there."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<Target {self.name}>"
+
+
+def pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p

@@ -1,0 +1,52 @@
+"""The Triton interpreter (TRITON_INTERPRET=1) on CPU tensors: for tests and machines without
+a GPU. Slow (numpy per program), so configurations favour few, large programs. bf16 tl.dot
+gives wrong results in the interpreter: bf16 operands are rounded to bf16 and then multiplied
+in fp32. The interpreter implements only core tl math: other functions are spelled with it."""
+from __future__ import annotations
+
+from kforge.targets.base import Peaks, Target, pow2_at_least
+
+_FORMULAS = {
+    "math.tanh": "(2.0 * tl.sigmoid(2.0 * {0}) - 1.0)",
+    "math.expm1": "(tl.exp({0}) - 1.0)",
+    "math.log1p": "tl.log(1.0 + {0})",
+    "math.erfc": "(1.0 - tl.erf({0}))",
+    "math.tan": "(tl.sin({0}) / tl.cos({0}))",
+    "math.powf": "tl.exp2({1} * tl.log2({0}))",
+    "math.round": "tl.where({0} >= 0, tl.floor({0} + 0.5), tl.ceil({0} - 0.5))",
+    "math.trunc": "tl.where({0} >= 0, tl.floor({0}), tl.ceil({0}))",
+}
+
+
+class CpuTarget(Target):
+    name = "cpu"
+    device = "cpu"
+    interpreter = True
+    peaks = Peaks(fp32=1e11, tf32=1e11, bf16=1e11, bytes_per_s=2e10)   # nominal
+    bf16_dot_ok = False
+    extra_math = _FORMULAS
+
+    def dot_input_precisions(self, policy: str):
+        return {"strict": ("ieee",), "tf32": ("ieee",), "bf16": (None,)}[policy]
+
+    def configs(self, kind: str, problem: dict) -> list[dict]:
+        if kind == "gemm":
+            bn = 32
+            if problem.get("full_rows"):
+                bn = max(16, pow2_at_least(problem["N"]))
+            return [{"BLOCK_M": 32, "BLOCK_N": bn, "BLOCK_K": 32, "GROUP_M": 4, "SPLIT_K": 1,
+                     "num_warps": 4, "num_stages": 1},
+                    {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 2,
+                     "num_warps": 4, "num_stages": 1}]
+        if kind == "rows":
+            whole = pow2_at_least(problem["cols"])
+            out = [{"BLOCK_R": 4, "BLOCK_C": whole, "num_warps": 4}]
+            if problem["cols"] > 8:
+                out.append({"BLOCK_R": 2, "BLOCK_C": max(8, whole // 4), "num_warps": 4})
+            return out
+        return [{"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 64, "num_warps": 4}]
+
+    def describe(self) -> str:
+        return ("Target cpu: the Triton interpreter (TRITON_INTERPRET=1) on CPU tensors. Only "
+                "core tl math is available (no libdevice); bf16 tl.dot is wrong here, so bf16 "
+                "operands are rounded to bf16 and multiplied as fp32. Speed is not meaningful.")

@@ -1,0 +1,271 @@
+"""The sandboxed half of verification: runs one candidate on the checks of a job directory.
+
+Started by kforge.verify.sandbox as `python _worker.py JOB_DIR` (a script, so the `kforge`
+package is never imported here and a candidate cannot reach KForge's reference). It reads
+job.json, regenerates each check's inputs from its seed (kforge/verify/inputs.py, loaded by
+path), runs the candidate and writes what it observed: outputs_<i>.pt (the results, on the CPU),
+result.json (launch counts, torch ops seen during launch, inputs modified, timing, errors). It
+never decides whether the candidate is correct: the parent compares the outputs with the
+reference it computed itself.
+
+Guards installed before the candidate is imported:
+  * imports of kforge, torch_mlir, mlir, subprocess... are refused;
+  * torch.empty / empty_like / empty_strided / Tensor.new_empty return NaN-poisoned memory
+    (and on GPUs the caching allocator is filled with NaN before each run), so an element the
+    kernel does not write is NaN, never a stale correct value;
+  * Triton launches are counted (a launch that runs no kernel is rejected by the parent);
+  * a TorchFunctionMode records torch calls executed by `launch` outside kernel launches.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+JOB = sys.argv[1] if len(sys.argv) > 1 else "."
+BLOCKED_IMPORTS = ("kforge", "torch_mlir", "mlir", "subprocess", "multiprocessing", "ctypes",
+                   "socket", "pickle", "shutil")
+# torch functions/methods a launcher may call itself: allocation, views, copies, casts, metadata.
+ALLOWED_TORCH = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "zero_", "fill_", "full", "full_like", "new_zeros", "new_full", "view",
+    "reshape", "t", "transpose", "permute", "expand", "expand_as", "squeeze", "unsqueeze",
+    "contiguous", "clone", "to", "detach", "float", "half", "bfloat16", "double", "int", "long",
+    "bool", "cuda", "xpu", "size", "stride", "dim", "ndimension", "numel", "nelement",
+    "is_contiguous", "data_ptr", "element_size", "storage_offset", "untyped_storage", "__get__",
+    "__len__", "__getitem__", "__format__", "__repr__", "is_floating_point", "get_device",
+    "unbind", "split", "chunk", "narrow", "select", "view_as", "reshape_as", "flatten",
+    "unflatten", "set_", "dim_order", "is_complex", "type", "requires_grad_",
+}
+
+_state = {"launches": 0, "in_kernel": 0, "watching": False, "ops": []}
+
+
+def write_json(name: str, obj) -> None:
+    tmp = os.path.join(JOB, name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, os.path.join(JOB, name))
+
+
+class _ImportBlocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in BLOCKED_IMPORTS:
+            raise ImportError(f"kforge sandbox: a kernel may not import {fullname}")
+        return None
+
+
+def _load_inputs_module():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inputs.py")
+    spec = importlib.util.spec_from_file_location("_kforge_sandbox_inputs", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _install_guards(torch, device: str):
+    from torch.overrides import TorchFunctionMode
+
+    def poison(t):
+        if t.numel():
+            if t.dtype.is_floating_point or t.dtype.is_complex:
+                t.fill_(float("nan"))
+            elif t.dtype == torch.bool:
+                t.fill_(True)
+            else:
+                t.fill_(torch.iinfo(t.dtype).min + 7)
+        return t
+
+    def wrap(fn):
+        def poisoned(*args, **kwargs):
+            return poison(fn(*args, **kwargs))
+        poisoned.__name__ = getattr(fn, "__name__", "poisoned")
+        return poisoned
+
+    torch.empty = wrap(torch.empty)
+    torch.empty_like = wrap(torch.empty_like)
+    torch.empty_strided = wrap(torch.empty_strided)
+    torch.Tensor.new_empty = wrap(torch.Tensor.new_empty)
+
+    import triton.runtime.jit as jit
+    classes = [jit.JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    for cls in classes:
+        original = cls.run
+
+        def counted(self, *args, __original=original, **kwargs):
+            if not kwargs.get("warmup", False):
+                _state["launches"] += 1
+            _state["in_kernel"] += 1
+            try:
+                return __original(self, *args, **kwargs)
+            finally:
+                _state["in_kernel"] -= 1
+        cls.run = counted
+
+    class ComputeWatch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if _state["watching"] and not _state["in_kernel"]:
+                name = getattr(func, "__name__", str(func))
+                if name not in ALLOWED_TORCH and len(_state["ops"]) < 20:
+                    _state["ops"].append(f"torch {name}")
+            return func(*args, **(kwargs or {}))
+
+    return ComputeWatch, poison
+
+
+def _fill_allocator(torch, device: str, nbytes: int):
+    """Leave NaN in the GPU caching allocator's free blocks, so reused memory is poisoned."""
+    if device == "cpu":
+        return
+    n = max(nbytes // 4, 1 << 20)
+    buf = torch.full((n,), float("nan"), dtype=torch.float32, device=device)
+    del buf
+
+
+def _describe_error(exc: BaseException) -> dict:
+    kind = "runtime_error"
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & {"CompilationError", "InterpreterError", "CompileTimeAssertionFailure",
+                "OutOfResources", "SyntaxError", "NameError"}:
+        kind = "compile_error"
+    if isinstance(exc, ImportError):
+        kind = "forbidden_import" if "kforge sandbox" in str(exc) else "compile_error"
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(tb)
+    if len(text) > 6000:
+        text = text[:1500] + "\n...\n" + text[-4000:]
+    return {"kind": kind, "type": type(exc).__name__, "message": str(exc)[:2000],
+            "traceback": text}
+
+
+def main() -> int:
+    with open(os.path.join(JOB, "job.json")) as f:
+        job = json.load(f)
+    device = job["device"]
+    result = {"checks": [], "error": None, "timing": None}
+    write_json("progress.json", {"stage": "starting"})
+
+    import torch
+    import triton  # noqa: F401  (TRITON_INTERPRET is set by the parent for the cpu target)
+    inputs_mod = _load_inputs_module()
+    sig = inputs_mod.Signature.from_json(job["signature"])
+    ComputeWatch, _poison = _install_guards(torch, device)
+    sys.meta_path.insert(0, _ImportBlocker())
+    torch.manual_seed(job.get("torch_seed", 0))
+
+    write_json("progress.json", {"stage": "import"})
+    try:
+        spec = importlib.util.spec_from_file_location("kforge_candidate", job["source_path"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        launch = getattr(module, "launch", None)
+        if not callable(launch):
+            raise NameError("the candidate defines no callable `launch`")
+        prepare = getattr(module, "prepare_weights", None)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, never swallowed
+        result["error"] = dict(_describe_error(exc), stage="import")
+        write_json("result.json", result)
+        return 0
+
+    weight_idx = [i for i, a in enumerate(sig.args) if a.weight]
+
+    def prepared_args(seed, size, domain):
+        tensors = [t.to(device) for t in inputs_mod.make_inputs(sig, seed, size, domain)]
+        originals = [t.clone() for t in tensors]
+        args = list(tensors)
+        if prepare is not None and weight_idx:
+            new = prepare({i: args[i] for i in weight_idx})
+            if not isinstance(new, dict):
+                raise TypeError("prepare_weights must return a dict {arg index: tensor}")
+            for i, t in new.items():
+                args[int(i)] = t
+        return tensors, originals, args
+
+    def run_once(args):
+        _state["launches"] = 0
+        _state["ops"] = []
+        _state["watching"] = True
+        try:
+            with ComputeWatch():
+                outs = launch(*args)
+        finally:
+            _state["watching"] = False
+        if device != "cpu":
+            getattr(torch, device).synchronize()
+        return outs
+
+    def save_outputs(name, outs):
+        if isinstance(outs, torch.Tensor):
+            outs = (outs,)
+        if not isinstance(outs, (tuple, list)) or \
+                not all(isinstance(o, torch.Tensor) for o in outs):
+            raise TypeError(f"launch must return a tuple of tensors, got {type(outs).__name__}")
+        torch.save([o.detach().to("cpu").clone() for o in outs], os.path.join(JOB, name))
+        return [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", ""),
+                 "device": str(o.device)} for o in outs]
+
+    out_bytes = sum(4 * math.prod(r.concrete(max(c["size"] for c in job["checks"])))
+                    for r in sig.results)
+    for i, check in enumerate(job["checks"]):
+        write_json("progress.json", {"stage": "check", "check": i, **check})
+        entry = {"index": i}
+        try:
+            tensors, originals, args = prepared_args(check["seed"], check["size"],
+                                                     check["domain"])
+            _fill_allocator(torch, device, 2 * out_bytes)
+            outs = run_once(args)
+            entry["launches"] = _state["launches"]
+            entry["torch_ops"] = list(_state["ops"])
+            entry["outputs"] = save_outputs(f"outputs_{i}.pt", outs)
+            entry["inputs_modified"] = [
+                j for j, (a, b) in enumerate(zip(tensors, originals))
+                if a.shape != b.shape or not torch.equal(a.cpu(), b.cpu())]
+        except BaseException as exc:  # noqa: BLE001
+            result["error"] = dict(_describe_error(exc), stage="check", check=i)
+            result["checks"].append(entry)
+            write_json("result.json", result)
+            return 0
+        result["checks"].append(entry)
+        del tensors, originals, args, outs
+
+    timing = job.get("timing")
+    if timing:
+        write_json("progress.json", {"stage": "timing"})
+        check = job["checks"][0]
+        try:
+            _, _, args = prepared_args(check["seed"], check["size"], check["domain"])
+            samples = []
+            if device == "cpu":
+                launch(*args)
+                for _ in range(int(timing.get("reps", 3))):
+                    t0 = time.perf_counter()
+                    outs = launch(*args)
+                    samples.append((time.perf_counter() - t0) * 1e3)
+            else:
+                import triton.testing
+                samples = triton.testing.do_bench(lambda: launch(*args), warmup=25, rep=100,
+                                                  return_mode="all")
+                samples = [float(s) for s in samples]
+                outs = run_once(args)
+            result["timing"] = {"samples_ms": samples,
+                                "outputs": save_outputs("outputs_timed.pt", outs)}
+        except BaseException as exc:  # noqa: BLE001
+            result["error"] = dict(_describe_error(exc), stage="timing")
+    write_json("result.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Precision policies: the contract the user picks, and the tolerances verification applies."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kforge.errors import UserError
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    name: str
+    atol: float
+    rtol: float
+    compute: str
+
+    def tolerance_text(self) -> str:
+        return f"atol = rtol = {self.atol:g}" if self.atol == self.rtol else \
+            f"atol = {self.atol:g}, rtol = {self.rtol:g}"
+
+
+POLICIES = {
+    "strict": PrecisionPolicy("strict", 1e-4, 1e-4, "fp32 results (fp32-accurate emulation "
+                              "allowed: tf32x3, hi/lo splits)"),
+    "tf32": PrecisionPolicy("tf32", 1e-2, 1e-2, "TF32 tensor cores"),
+    "bf16": PrecisionPolicy("bf16", 1e-2, 1e-2, "bf16 operands, fp32 accumulate"),
+}
+
+
+def get_policy(name: str) -> PrecisionPolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UserError(f"unknown precision policy {name!r}; choose one of "
+                        f"{', '.join(POLICIES)}") from None

@@ -1,0 +1,89 @@
+"""Runs untrusted candidate code in a separate process with a time and a memory limit.
+
+A hanging candidate is killed (its whole process group) when the time limit passes; a crashing
+one (abort, segfault, out of memory) ends its own process only. Either way the caller gets a
+SandboxResult that says what happened, and the compile goes on.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("_worker.py")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    returncode: int | None
+    timed_out: bool
+    elapsed_s: float
+    stderr_tail: str
+
+    @property
+    def crashed(self) -> bool:
+        return not self.timed_out and self.returncode not in (0, None)
+
+    def describe_exit(self) -> str:
+        if self.timed_out:
+            return f"did not finish within the time limit ({self.elapsed_s:.0f} s); killed"
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            return f"the process was killed by {name}"
+        return f"the process exited with status {rc}"
+
+
+def _limits(memory_mb: int | None):
+    def apply():
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if memory_mb:
+            limit = int(memory_mb) * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+def worker_env(target_name: str) -> dict:
+    env = dict(os.environ)
+    if target_name == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env.setdefault("OMP_NUM_THREADS", "1")
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_worker(job_dir: Path, target_name: str, timeout_s: float,
+               memory_mb: int | None) -> SandboxResult:
+    """Runs kforge/verify/_worker.py on job_dir. `memory_mb` limits the address space; it is
+    applied on the cpu target only (GPU drivers reserve far more address space than they use)."""
+    stderr_path = Path(job_dir) / "stderr.txt"
+    start = time.monotonic()
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKER), str(job_dir)], stdout=err, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=worker_env(target_name), cwd=str(job_dir),
+            preexec_fn=_limits(memory_mb if target_name == "cpu" else None))
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    elapsed = time.monotonic() - start
+    tail = stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+    return SandboxResult(None if timed_out else proc.returncode, timed_out, elapsed, tail)

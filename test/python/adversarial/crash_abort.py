@@ -1,0 +1,22 @@
+"""Crash by os.abort (rejected statically: a kernel may not import os).
+kforge-adversarial: spec=add_relu expect=forbidden_import
+"""
+import os
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_relu_kernel(x_ptr, b_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask)
+    b = tl.load(b_ptr + cols, mask=cols < N)
+    y = tl.maximum(x + b[None, :], 0.0)
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], y, mask=mask)
+
+
+def launch(x, b):
+    os.abort()

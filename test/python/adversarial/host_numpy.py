@@ -1,0 +1,25 @@
+"""Host round trip: computes on the host through numpy.
+kforge-adversarial: spec=add_relu expect=torch_compute
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_relu_kernel(x_ptr, b_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask)
+    b = tl.load(b_ptr + cols, mask=cols < N)
+    y = tl.maximum(x + b[None, :], 0.0)
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], y, mask=mask)
+
+
+def launch(x, b):
+    M, N = x.shape
+    out = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    add_relu_kernel[(triton.cdiv(M, 4),)](x, b, out, M, N, BLOCK_M=4, BLOCK_N=16)
+    host = (x.cpu().numpy() + b.cpu().numpy()).clip(0)
+    return (torch.as_tensor(host),)

@@ -1,0 +1,26 @@
+"""No kernel actually runs: the launch is behind a condition that is never true, and the
+result is an uninitialized tensor.
+kforge-adversarial: spec=add_relu expect=no_triton_kernel
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_relu_kernel(x_ptr, b_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask)
+    b = tl.load(b_ptr + cols, mask=cols < N)
+    y = tl.maximum(x + b[None, :], 0.0)
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], y, mask=mask)
+
+
+def launch(x, b):
+    M, N = x.shape
+    out = torch.zeros((M, N), device=x.device, dtype=x.dtype)
+    if M < 0:
+        add_relu_kernel[(1,)](x, b, out, M, N, BLOCK_M=4, BLOCK_N=16)
+    return (out,)

@@ -1,0 +1,79 @@
+"""`kforge bench` end to end on the CPU: two workloads at smoke size, eager baseline, KForge
+compiled through the package API (kforge.compile, Triton interpreter), JSON + Markdown + PNG.
+
+torch.compile is left out (`--baselines eager`): Inductor on a 2-core CI machine costs minutes;
+the report must say it was skipped and why. The KForge half needs the compile stage (torch-mlir,
+kforge-opt); where it is missing, that test is skipped with the reason the bench recorded.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kforge.cli import main
+
+WORKLOADS = ["gemm_bias_relu", "fuse_softmax_rows"]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    pytest.importorskip("matplotlib")
+    out = tmp_path_factory.mktemp("bench")
+    rc = main(["bench", *WORKLOADS, "--target", "cpu", "--smoke", "--baselines", "eager",
+               "--precision", "strict", "--out", str(out)])
+    assert rc == 0
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def test_outputs_written(smoke_run):
+    out, doc = smoke_run
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "bench.md").read_text()
+    assert "## Summary" in md and "| strict | all | 2 |" in md
+    for name in WORKLOADS:
+        assert f"| {name} |" in md
+    assert "torch.compile: not requested (--baselines)" in md
+
+
+def test_json_fields(smoke_run):
+    _, doc = smoke_run
+    assert doc["schema"] == "kforge.bench" and doc["version"] == 1
+    env = doc["environment"]
+    for key in ("hardware", "date", "torch", "triton", "python"):
+        assert env[key], key
+    assert doc["config"]["precisions"] == ["strict"] and doc["config"]["scale"] == "smoke"
+    assert doc["peaks"]["source"] in ("table", "measured") and doc["peaks"]["details"]
+    assert [w["name"] for w in doc["workloads"]] == WORKLOADS
+    for w in doc["workloads"]:
+        assert w["status"] == "ok", w.get("reason")
+        assert w["bytes_fp32"] > 0 and w["flops"] >= 0
+        eager, compiled = w["baselines"]
+        assert eager["name"] == "eager" and eager["status"] == "ok"
+        assert eager["timing"]["median_ms"] > 0 and eager["timing"]["reps"] >= 3
+        assert compiled["name"] == "torch.compile" and compiled["status"] == "skipped"
+        assert compiled["reason"]
+        assert w["best_baseline"] == "eager"
+        (policy,) = w["policies"]
+        assert policy["precision"] == "strict" and policy["atol"] == policy["rtol"] == 1e-4
+        assert policy["floor_ms"] > 0
+        assert policy["kforge"]["status"] in ("ok", "mismatch", "failed", "skipped")
+        if policy["kforge"]["status"] != "ok":
+            assert policy["kforge"]["reason"]
+    assert doc["workloads"][0]["flops"] > 0            # the GEMM is counted
+    summary = doc["summary"]["strict"]["all"]
+    assert summary["workloads"] == 2 and set(summary["fast_p"]) == {"1", "1.5", "2", "4"}
+
+
+def test_kforge_package_verified_and_timed(smoke_run):
+    _, doc = smoke_run
+    results = [w["policies"][0] for w in doc["workloads"]]
+    skipped = [r["kforge"]["reason"] for r in results if r["kforge"]["status"] == "skipped"]
+    if skipped:
+        pytest.skip(f"KForge not available on this machine: {skipped[0]}")
+    for r in results:
+        k = r["kforge"]
+        assert k["status"] == "ok", k["reason"]
+        assert k["max_abs_err"] is not None and k["compile_s"] > 0
+        assert k["timing"]["median_ms"] > 0
+        assert r["speedup"] is not None and r["roofline_fraction"] > 0

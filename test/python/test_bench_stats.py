@@ -1,0 +1,120 @@
+"""Unit tests of the benchmark's statistics and reports, on synthetic numbers (no timing)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kforge.bench import report, roofline, stats
+
+
+def test_geomean():
+    assert stats.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert stats.geomean([1.5]) == pytest.approx(1.5)
+    assert stats.geomean([]) is None
+    with pytest.raises(ValueError):
+        stats.geomean([1.0, 0.0])
+
+
+def test_fast_p_counts_only_correct_and_strictly_faster():
+    # 7 workloads: two incorrect or missing (None), one exactly at 1.0, one exactly at 2.0.
+    speedups = [0.8, 1.0, 1.2, 2.0, 4.5, None, None]
+    assert stats.fast_p(speedups, 1.0) == pytest.approx(3 / 7)     # 1.2, 2.0, 4.5
+    assert stats.fast_p(speedups, 1.5) == pytest.approx(2 / 7)     # 2.0, 4.5
+    assert stats.fast_p(speedups, 2.0) == pytest.approx(1 / 7)     # 4.5 (2.0 is not > 2)
+    assert stats.fast_p(speedups, 4.0) == pytest.approx(1 / 7)
+    assert stats.fast_p(speedups, 0.0) == pytest.approx(5 / 7)     # every correct one
+    assert stats.fast_p([], 1.0) is None
+
+
+def test_percentile_matches_numpy_linear():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert stats.median(xs) == 3.0
+    assert stats.percentile(xs, 20) == pytest.approx(1.8)
+    assert stats.percentile([7.0], 80) == 7.0
+
+
+def test_summarize():
+    s = stats.summarize([2.0, 8.0, None, 0.5], [0.5, None, 0.2, 0.8])
+    assert s["workloads"] == 4 and s["correct"] == 3
+    assert s["geomean_speedup"] == pytest.approx(2.0)              # (2 * 8 * 0.5) ** (1/3)
+    assert s["fast_p"] == {"1": 0.5, "1.5": 0.5, "2": 0.25, "4": 0.25}
+    assert s["geomean_roofline_fraction"] == pytest.approx((0.5 * 0.2 * 0.8) ** (1 / 3))
+
+
+def test_roofline_floor_uses_policy_peak():
+    peaks = roofline.DESIGN_H200
+    flops, nbytes = 2 * 1024 * 8192 * 8192, 0
+    assert roofline.floor_ms(flops, nbytes, peaks, "fp32") == pytest.approx(flops / 51e12 * 1e3)
+    assert roofline.floor_ms(flops, nbytes, peaks, "strict") == pytest.approx(flops / (408e12 / 3) * 1e3)
+    assert roofline.floor_ms(flops, nbytes, peaks, "bf16") == pytest.approx(flops / 786e12 * 1e3)
+    # A memory-bound workload: bytes / bandwidth wins.
+    assert roofline.floor_ms(0, 4.28e9, peaks, "bf16") == pytest.approx(1.0)
+
+
+def _workload(name, tags, speedups: dict, fractions: dict | None = None):
+    fractions = fractions or {}
+    return {"name": name, "tags": tags, "status": "ok", "flops": 1, "bytes_fp32": 1,
+            "baselines": [{"name": "eager", "status": "ok", "timing": {"median_ms": 1.0}},
+                          {"name": "torch.compile", "status": "skipped", "reason": "not requested",
+                           "timing": None}],
+            "baseline_roofline_fraction": 0.9,
+            "policies": [{"precision": p, "speedup": s, "roofline_fraction": fractions.get(p, 0.5),
+                          "kforge": {"status": "ok" if s else "mismatch", "reason": "" if s else "bad",
+                                     "timing": {"median_ms": 1.0 / s if s else 3.0},
+                                     "compile_s": 1.0, "max_rel_err": 1e-6}}
+                         for p, s in speedups.items()]}
+
+
+def _doc(workloads, precisions=("strict", "bf16"), shard=None):
+    env = {"hardware": "synthetic", "date": "2026-11-30T00:00:00Z", "torch": "x", "triton": "y",
+           "python": "3", "git_commit": None}
+    cfg = {"target": "cpu", "precisions": list(precisions), "scale": "smoke", "shard": shard,
+           "provider": "builtin", "kforge_source": "test", "baseline_note": "b", "timing_method": "t"}
+    return report.build_document(env, cfg, roofline.DESIGN_H200.to_json(), workloads, [])
+
+
+def test_suite_summary_groups_and_fast_p():
+    doc = _doc([
+        _workload("gemm_a", ["gemm"], {"strict": 2.5, "bf16": 10.0}),
+        _workload("gemm_b", ["gemm"], {"strict": None, "bf16": 4.0}),
+        _workload("fuse_a", ["fusion"], {"strict": 1.2, "bf16": 1.6}),
+        _workload("block", ["transformer", "gemm"], {"strict": 0.9, "bf16": 3.0}),
+    ])
+    strict = doc["summary"]["strict"]
+    assert strict["all"]["workloads"] == 4 and strict["all"]["correct"] == 3
+    assert strict["all"]["fast_p"]["1"] == pytest.approx(0.5)
+    assert strict["all"]["geomean_speedup"] == pytest.approx((2.5 * 1.2 * 0.9) ** (1 / 3))
+    assert strict["gemm"]["fast_p"]["2"] == pytest.approx(0.5)
+    assert strict["transformer"]["workloads"] == 1
+    assert doc["summary"]["bf16"]["all"]["fast_p"]["4"] == pytest.approx(0.25)   # only 10.0 > 4
+
+
+def test_markdown_json_png_and_merge(tmp_path):
+    pytest.importorskip("matplotlib")
+    a = _doc([_workload("gemm_a", ["gemm"], {"strict": 2.0})], ("strict",), shard="0/2")
+    b = _doc([_workload("fuse_a", ["fusion"], {"strict": 0.5}),
+              {"name": "late", "path": "x", "tags": [], "status": "skipped",
+               "reason": "time budget exhausted", "policies": [], "baselines": []}],
+             ("strict",), shard="1/2")
+    merged = report.merge([a, b])
+    assert [w["name"] for w in merged["workloads"]] == ["fuse_a", "gemm_a", "late"]
+    assert merged["summary"]["strict"]["all"]["workloads"] == 2          # the skipped one is not counted
+    assert merged["summary"]["strict"]["all"]["geomean_speedup"] == pytest.approx(1.0)
+    paths = report.write_all(merged, tmp_path)
+    doc = json.loads(paths["json"].read_text())
+    assert doc["schema"] == "kforge.bench" and doc["version"] == 1
+    md = paths["md"].read_text()
+    assert "| strict | all | 2 | 2 | 1.00x | 0.50 |" in md
+    assert "time budget exhausted" in md
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError):
+        report.merge([{"schema": "other"}])
+
+
+def test_fraction_and_speedup_are_finite_in_markdown():
+    doc = _doc([_workload("w", ["gemm"], {"strict": 3.0})], ("strict",))
+    md = report.markdown(doc)
+    assert "3.00" in md and "nan" not in md.lower() and not math.isnan(
+        doc["summary"]["strict"]["all"]["geomean_speedup"])

@@ -1,0 +1,88 @@
+"""The verifier on good candidates, its record, its comparison and its sandbox."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kforge.providers.base import Candidate
+from kforge.spec import load_spec
+from kforge.verify import VerificationRecord, compare_outputs, static_check, verify_candidate
+from kforge.verify.inputs import make_inputs, signature_of
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engine"
+
+
+def _spec(name):
+    return load_spec(FIXTURES / f"{name}.json")
+
+
+def _source(name):
+    return (FIXTURES / f"{name}.py").read_text()
+
+
+@pytest.mark.parametrize("spec,kernel", [("add_relu", "good_add_relu"),
+                                         ("matmul_bias", "good_matmul_bias")])
+def test_good_candidate_is_verified(spec, kernel):
+    cand = Candidate(id="c0", provider="test", source=_source(kernel))
+    record = verify_candidate(_spec(spec), cand, "cpu", "strict", measure=True)
+    assert record.status == "verified", record.message
+    assert record.max_abs_err is not None and record.max_abs_err < 1e-4
+    assert record.time_ms and record.time_ms > 0
+    assert len(record.seeds) >= 3 and record.atol == 1e-4
+    if spec == "add_relu":      # dynamic batch: a second, different size was checked
+        assert len(record.dynamic_sizes) == 2 and record.dynamic_sizes[0] != \
+            record.dynamic_sizes[1]
+    again = VerificationRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert again == record
+
+
+def test_good_candidates_pass_static_checks():
+    assert static_check(_source("good_add_relu")) == []
+    assert static_check(_source("good_matmul_bias")) == []
+
+
+def test_unavailable_target_is_checked_statically_only():
+    if torch.cuda.is_available():
+        pytest.skip("cuda present")
+    record = verify_candidate(_spec("add_relu"), _source("good_add_relu"), "cuda", "strict")
+    assert record.status == "candidate" and record.reason == "target_unavailable"
+
+
+def test_inputs_mixed_signs_magnitudes_never_zero_and_fresh_per_seed():
+    sig = signature_of(_spec("matmul_bias"))
+    a = make_inputs(sig, 1, 8)
+    b = make_inputs(sig, 2, 8)
+    x = a[0]
+    assert (x != 0).all() and (x > 0).any() and (x < 0).any()
+    assert x.abs().max() / x.abs().min() > 10          # magnitudes spread
+    assert not torch.equal(a[0], b[0])
+    assert torch.equal(a[0], make_inputs(sig, 1, 8)[0])  # reproducible from the seed
+
+
+def test_compare_reports_where_and_what():
+    sig = signature_of(_spec("add_relu"))
+    ref = torch.ones(4, 16)
+    out = ref.clone()
+    out[2, 3] = float("nan")
+    cmp = compare_outputs([out], [ref], sig, 4, 1e-4, 1e-4)
+    assert not cmp.ok and "(2, 3)" in cmp.message and "NaN" in cmp.message
+    assert compare_outputs([ref.clone()], [ref], sig, 4, 1e-4, 1e-4).ok
+
+
+def test_tolerance_follows_precision_policy():
+    sig = signature_of(_spec("add_relu"))
+    ref = torch.ones(4, 16)
+    out = ref + 5e-3
+    assert not compare_outputs([out], [ref], sig, 4, 1e-4, 1e-4).ok     # strict
+    assert compare_outputs([out], [ref], sig, 4, 1e-2, 1e-2).ok         # tf32 / bf16
+
+
+def test_mismatch_is_feedback_a_writer_can_act_on():
+    wrong = _source("good_add_relu").replace("tl.maximum(x + b[None, :], 0.0)",
+                                             "tl.maximum(x - b[None, :], 0.0)")
+    record = verify_candidate(_spec("add_relu"), wrong, "cpu", "strict")
+    assert record.reason == "mismatch" and record.feedback_status == "mismatch"
+    assert "seed" in record.message and "first at" in record.message
