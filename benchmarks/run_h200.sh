@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
 # The H200 benchmark run, for the device machine (torch + triton only: no MLIR, no torch-mlir).
-# Runs in the repository root there. For the packages built here by benchmarks/build_packages.sh
-# (carried as .carry/bench), it verifies and tunes each on the GPU (`kforge tune`), then times
-# PyTorch eager, torch.compile and KForge on every workload, one process per GPU, and writes
-# into $OUT: bench.json, bench.md, bench.png (merged over the GPUs), run.log, env.txt.
+# Runs from the repository root there, on packages built here by benchmarks/build_packages.sh
+# and carried as .carry/bench:
+#   1. verify (and with TUNE_ROUNDS > 0 tune) the candidate kernels of this call's packages on
+#      the GPU, TUNE_JOBS at a time (python -m kforge.bench.packages --tune);
+#   2. time PyTorch eager, torch.compile and KForge on each workload, one process per GPU
+#      (kforge bench --shard), checking KForge on fresh inputs;
+#   3. merge the shards.
+# Writes into $OUT: bench.json, bench.md, bench.png, run.log, env.txt, and tuned.tar.gz (the
+# packages' manifests and kernels after tuning; unpack into .carry/bench here to reuse them).
 #
 # Environment (all optional):
-#   PACKAGES   package folder (default .carry/bench; missing -> KForge recorded as skipped)
-#   PRECISION  policies, comma-separated (default strict,tf32,bf16)
-#   WORKLOADS  space-separated names/globs (default: the whole suite)
-#   SHARDS     split the suite into this many shards (default: number of GPUs)
-#   SHARD_IDS  which shards this call runs (default: all); with SHARDS > GPUs, run the rest in
-#              later calls and merge here: kforge bench --merge a/bench.json b/bench.json --out DIR
-#   BUDGET_S   seconds after which no new workload starts (default 500: inside a 600 s call)
-#   BASELINES  eager,compile (default); EXTRA: more `kforge bench` arguments
-#   TARGET     cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script on a CPU machine
+#   PACKAGES     package folder (default .carry/bench; missing -> KForge recorded as skipped)
+#   PRECISION    policies, comma-separated (default strict,tf32,bf16)
+#   WORKLOADS    space-separated names/globs (default: the whole suite)
+#   SHARDS       cut the suite into this many shards (default: the number of GPUs)
+#   SHARD_IDS    the shards this call runs (default: all). With SHARDS > GPUs, run the rest in
+#                later calls and merge here: kforge bench --merge a/bench.json b/bench.json --out DIR
+#   BUDGET_S     no new workload starts after this many seconds from the start (default 520)
+#   TUNE_JOBS    packages verified at a time (default 8); TUNE_ROUNDS (default 0): optimization
+#                rounds per region (>0 times configurations: then TUNE_JOBS = number of GPUs);
+#                TUNE_TIMEOUT per package (default 240 s); SKIP_TUNE=1 skips step 1
+#   BASELINES    eager,compile (default); BASELINE_PRECISION as-written (default) | matched
+#   EXTRA        more `kforge bench` arguments
+#   TARGET       cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script without a GPU
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+START=$(date +%s)
 OUT="${OUT:-$ROOT/out/bench}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
@@ -28,18 +38,18 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/kforge-triton}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PACKAGES="${PACKAGES:-.carry/bench}"
 PRECISION="${PRECISION:-strict,tf32,bf16}"
-BUDGET_S="${BUDGET_S:-500}"
+BUDGET_S="${BUDGET_S:-520}"
 BASELINES="${BASELINES:-eager,compile}"
 TARGET="${TARGET:-cuda}"
-DEADLINE=$(( $(date +%s) + BUDGET_S ))
+DEADLINE=$((START + BUDGET_S))
 WORK="$(mktemp -d /tmp/kforge-bench.XXXX)"
 
 {
-  date -u +%Y-%m-%dT%H:%M:%SZ; uname -a; nvidia-smi || true
+  date -u +%Y-%m-%dT%H:%M:%SZ; uname -a; nvidia-smi 2>&1 || true
   "$PY" -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
   echo "packages: $PACKAGES ($(du -sh "$PACKAGES" 2>/dev/null | cut -f1 || echo missing))"
 } > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+tail -3 "$OUT/env.txt"
 
 if [ "$TARGET" = cpu ]; then NGPU=1; else
   NGPU="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
@@ -47,13 +57,25 @@ if [ "$TARGET" = cpu ]; then NGPU=1; else
 fi
 SHARDS="${SHARDS:-$NGPU}"
 SHARD_IDS="${SHARD_IDS:-$(seq -s ' ' 0 $((SHARDS - 1)))}"
-PKG_ARGS=()
-if [ -d "$PACKAGES" ]; then PKG_ARGS=(--packages "$PACKAGES"); else
+SHARD_ARGS=(); for s in $SHARD_IDS; do SHARD_ARGS+=(--shard "$s/$SHARDS"); done
+
+# 1. Verify / tune this call's packages on the device, several at a time.
+PKG_ARGS=(--packages "$PACKAGES")
+if [ ! -d "$PACKAGES" ]; then
   echo "no package folder $PACKAGES: KForge will be recorded as skipped" | tee -a "$OUT/env.txt"
   PKG_ARGS=(--packages "$WORK/no-packages")
+elif [ "${SKIP_TUNE:-0}" != 1 ] && [ "$TARGET" = cuda ]; then
+  ROUNDS="${TUNE_ROUNDS:-0}"
+  JOBS="${TUNE_JOBS:-$([ "$ROUNDS" -gt 0 ] && echo "$NGPU" || echo 8)}"
+  # shellcheck disable=SC2086
+  "$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
+    "${SHARD_ARGS[@]}" --jobs "$JOBS" --gpus "$NGPU" --rounds "$ROUNDS" \
+    --timeout "${TUNE_TIMEOUT:-240}" > "$WORK/tune.log" 2>&1
+  echo "tune phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/tune.log"
+  tail -1 "$WORK/tune.log"
 fi
 
-# Shard ids go round-robin to the GPUs; each GPU runs its shards one after the other.
+# 2. Time. Shard ids go round-robin to the GPUs; each GPU runs its shards one after another.
 pids=()
 for ((g = 0; g < NGPU; g++)); do
   mine=(); i=0
@@ -64,6 +86,7 @@ for ((g = 0; g < NGPU; g++)); do
       # shellcheck disable=SC2086
       CUDA_VISIBLE_DEVICES=$g "$PY" -m kforge.cli bench ${WORKLOADS:-} --target "$TARGET" \
         --precision "$PRECISION" "${PKG_ARGS[@]}" --baselines "$BASELINES" \
+        --baseline-precision "${BASELINE_PRECISION:-as-written}" \
         --shard "$s/$SHARDS" --deadline "$DEADLINE" --out "$WORK/shard$s" ${EXTRA:-} \
         > "$WORK/shard$s.log" 2>&1
       echo "shard $s on GPU $g exited $?" >> "$WORK/shard$s.log"
@@ -73,12 +96,17 @@ for ((g = 0; g < NGPU; g++)); do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 
-for f in "$WORK"/shard*.log; do echo "===== $(basename "$f")"; cat "$f"; done > "$OUT/run.log"
+# 3. Merge, and bring back what the next call or the commit needs.
+for f in "$WORK"/tune.log "$WORK"/shard*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }; done > "$OUT/run.log"
 shopt -s nullglob
 jsons=("$WORK"/shard*/bench.json)
 if [ ${#jsons[@]} -eq 0 ]; then echo "no shard produced bench.json; see run.log"; tail -50 "$OUT/run.log"; exit 1; fi
 "$PY" -m kforge.cli bench --merge "${jsons[@]}" --out "$OUT" >> "$OUT/run.log" 2>&1 || tail -30 "$OUT/run.log"
-# The end of the output is what the device tool returns: the summary table.
-sed -n '/^## Summary/,/^## Per workload/p' "$OUT/bench.md"
-grep -E "exited|Traceback|Error" "$OUT/run.log" | tail -20
-ls -la "$OUT"
+if [ -d "$PACKAGES" ]; then
+  tar czf "$OUT/tuned.tar.gz" -C "$PACKAGES" --exclude='*.safetensors' --exclude='__pycache__' . 2>/dev/null
+  [ "$(stat -c %s "$OUT/tuned.tar.gz")" -gt 16000000 ] && rm -f "$OUT/tuned.tar.gz"
+fi
+# The end of the output is what the device tool returns: the summary table and any failures.
+sed -n '/^## Summary/,/^fast_p/p' "$OUT/bench.md"
+grep -E "exited|Traceback|Error|tune phase" "$OUT/run.log" | tail -20
+echo "total $(($(date +%s) - START)) s"; ls -la "$OUT"

@@ -1,6 +1,7 @@
 //===- FusionAnalysis.cpp - fusion-candidate analysis ---------------------===//
 
 #include "KForge/FusionAnalysis.h"
+#include "KForge/RegionHash.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -34,7 +35,9 @@ static bool isSupportedScalarOp(Operation *op) {
       "math.erfc",      "math.sin",       "math.cos",       "math.absf",
       "math.powf",      "math.fpowi",     "math.floor",     "math.ceil",
       "math.round",     "math.roundeven", "math.sigmoid",   "math.atan",
-      "math.atan2",     "math.tan",       "linalg.index",   "linalg.yield"};
+      "math.atan2",     "math.tan",       "linalg.index",   "linalg.yield",
+      // torch-mlir's runtime checks; the spec leaves them out.
+      "cf.assert"};
   return supported.contains(op->getName().getStringRef());
 }
 
@@ -192,12 +195,53 @@ FusionRole FusionCandidateAnalysis::getRole(Operation *op) {
   return FusionRole::Outside;
 }
 
+/// True for values computed from model parameters (function arguments marked
+/// `kforge.weight`) and constants alone, such as the scale of an inference batch norm.
+static bool isWeightDerived(Value value, unsigned depth) {
+  if (depth > 16)
+    return false;
+  if (getWeightName(value) || matchPattern(value, m_Constant()))
+    return true;
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return false;
+  if (isa<tensor::EmptyOp>(def))
+    return true; // uninitialized: carries no data
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(def))
+    return isWeightDerived(def->getOperand(0), depth + 1);
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(def);
+  if (!linalgOp)
+    return false;
+  FusionRole role = FusionCandidateAnalysis::getRole(def);
+  if (role != FusionRole::Elementwise && role != FusionRole::Cheap)
+    return false;
+  for (OpOperand &operand : def->getOpOperands()) {
+    // An init the body does not read only gives the shape.
+    if (linalgOp.isDpsInit(&operand) &&
+        !linalgOp.payloadUsesValueFromOperand(&operand))
+      continue;
+    if (!isWeightDerived(operand.get(), depth + 1))
+      return false;
+  }
+  return true;
+}
+
 bool FusionCandidateAnalysis::isCheapProducer(Operation *op) {
   FusionRole role = getRole(op);
   if (role == FusionRole::Cheap || role == FusionRole::Reshape)
     return true;
-  if (role == FusionRole::Elementwise)
-    return isDataMovement(cast<linalg::LinalgOp>(op));
+  if (role != FusionRole::Elementwise)
+    return false;
+  auto linalgOp = cast<linalg::LinalgOp>(op);
+  if (isDataMovement(linalgOp))
+    return true;
+  // Small computations on parameters alone (folded batch-norm scales and the like) are
+  // recomputed where they are read, like a transpose of a weight.
+  constexpr int64_t kSmallPoints = 1 << 16;
+  if (!linalgOp.hasDynamicShape() &&
+      getStaticIterationPoints(linalgOp) <= kSmallPoints)
+    return llvm::all_of(op->getResults(),
+                        [](Value result) { return isWeightDerived(result, 0); });
   return false;
 }
 
@@ -369,8 +413,7 @@ FusionCandidateAnalysis::FusionCandidateAnalysis(Block &block,
       FusionRole opRole = role(&op);
       bool elementwise =
           opRole == FusionRole::Elementwise && !isCheapProducer(&op);
-      if ((opRole == FusionRole::Reduction && options.fuseReductions) ||
-          (elementwise && options.fuseElementwise))
+      if (opRole == FusionRole::Reduction || elementwise)
         grow(&op);
     }
   }

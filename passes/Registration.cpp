@@ -6,4 +6,5 @@ using namespace mlir;
 
 void mlir::kforge::registerKForgePassesAndPipelines() {
   registerKForgePasses();
+  registerKForgePipeline();
 }

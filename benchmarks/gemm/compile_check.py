@@ -18,9 +18,9 @@ from triton.compiler import ASTSource  # noqa: E402
 from kforge.kernels.gemm import config_space, render_gemm, load_source  # noqa: E402
 
 SMEM_LIMIT = 232448
-VARIANTS = [("strict", "3xtf32", "kernel"), ("strict", "3xtf32", "pass"), ("strict", "tf32x3", "kernel"),
-            ("strict", "bf16x3", "kernel"), ("strict", "bf16x3", "pass"), ("tf32", "tf32", "kernel"),
-            ("bf16", "bf16", "kernel"), ("bf16", "bf16", "pass")]
+VARIANTS = [("strict", "fp16x3", "pass"), ("strict", "3xtf32", "kernel"), ("strict", "3xtf32", "pass"),
+            ("strict", "bf16x3", "pass"), ("strict", "tf32x3", "kernel"), ("strict", "tri-bf16x6", "kernel"),
+            ("tf32", "tf32", "kernel"), ("bf16", "bf16", "kernel"), ("bf16", "bf16", "pass")]
 
 
 def compile_one(prec, impl, a_prep, cfg):
@@ -28,9 +28,11 @@ def compile_one(prec, impl, a_prep, cfg):
                       epilogue="acc = tl.maximum(acc, 0.0)")
     m = load_source(src)
     fn = m.g_kernel
-    adt = {"3xtf32": "fp32", "bf16x3": "bf16", "bf16": "bf16"}.get(impl, "fp32") if a_prep == "pass" else "fp32"
-    bdt = "bf16" if impl in ("bf16", "bf16x3") else "fp32"
-    types = {"a_ptr": "*" + adt, "b_ptr": "*" + bdt, "c_ptr": "*fp32", "bias_ptr": "*fp32"}
+    adt = {"3xtf32": "fp32", "bf16x3": "bf16", "bf16": "bf16", "fp16x3": "fp16"}.get(impl, "fp32") \
+        if a_prep == "pass" else "fp32"
+    bdt = {"bf16": "bf16", "bf16x3": "bf16", "fp16x3": "fp16"}.get(impl, "fp32")
+    types = {"a_ptr": "*" + adt, "b_ptr": "*" + bdt, "c_ptr": "*fp32", "bias_ptr": "*fp32",
+             "kf_sa_ptr": "*fp32", "kf_sb_ptr": "*fp32"}
     consts = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")}
     consts.update(EVEN_K=True, DOT_F32=False, stride_ak=1, stride_bk=1, stride_cn=1)
     sig, attrs = {}, {}
@@ -57,7 +59,7 @@ def compile_one(prec, impl, a_prep, cfg):
 if __name__ == "__main__":
     rows = []
     for prec, impl, ap in VARIANTS:
-        for cfg in config_space(prec, impl):
+        for cfg in config_space(prec, impl, tma=False):
             try:
                 r = compile_one(prec, impl, ap, cfg)
             except Exception as e:  # noqa: BLE001

@@ -18,6 +18,9 @@ namespace kforge {
 #define GEN_PASS_REGISTRATION
 #include "KForge/Passes.h.inc"
 
+/// Registers the `kforge-pipeline` pass pipeline.
+void registerKForgePipeline();
+
 /// Registers every KForge pass and the `kforge-pipeline` pass pipeline.
 void registerKForgePassesAndPipelines();
 

@@ -157,7 +157,8 @@ class _RegionLoop:
         self.best: Candidate | None = None
         self.best_record: VerificationRecord | None = None
         self.floor_ms = None
-        self.provider_name = options.provider
+        self.provider_name = getattr(provider, "name", None) or options.provider \
+            if provider is not None else options.provider
         self.provider = provider
         self.fallback_reason = ""
         if self.provider is None:
@@ -348,9 +349,12 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
                       provider: Provider | None = None, cache: KernelCache | None = None,
                       log_dir: str | Path | None = None, region_mlir: str = "",
                       reference: Callable | None = None, work_dir: str | Path | None = None,
-                      progress: Callable[[str], None] | None = None) -> RegionResult:
+                      progress: Callable[[str], None] | None = None,
+                      incumbent: Candidate | None = None) -> RegionResult:
     """Run the loop for one region (a kforge.spec.KernelSpec). Never raises for bad kernels;
-    raises CacheMiss in cache-only mode, ProviderError if even the builtin provider fails."""
+    raises CacheMiss in cache-only mode, ProviderError if even the builtin provider fails.
+    `incumbent`: a kernel to start from (e.g. `kforge tune` on a package's kernel); when it
+    verifies, the functional passes are skipped and only optimization passes run."""
     start = time.monotonic()
     tname = target_name(options.target)
     available = target_available(tname)
@@ -401,7 +405,13 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
         ref_text = ""
     loop = _RegionLoop(spec, options, provider, log, region_mlir, ref_text, reference,
                        Path(work_dir) if work_dir else None, progress)
-    why = loop.functional()
+    why = ""
+    if incumbent is not None and available:
+        rec = loop.verify(incumbent, measure=True)
+        if rec.verified:
+            loop.best, loop.best_record = incumbent, rec
+    if loop.best is None:
+        why = loop.functional()
 
     def store_key() -> CacheKey:
         # a result the fallback provider produced is not what the requested provider would

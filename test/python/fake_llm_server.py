@@ -173,11 +173,11 @@ class FakeLLMServer:
 
     def _check_anthropic(self, r: Received) -> Reply | None:
         # SDKs send the key as x-api-key (1.x) or as a bearer token (2.x).
-        has_key = r.headers.get("x-api-key") or r.headers.get("authorization", "").startswith("Bearer ")
-        if self.require_key and not has_key:
+        if self.require_key and not r.api_key():
             return anthropic_error(401, "authentication_error", "x-api-key header is required")
         if not r.headers.get("anthropic-version"):
-            return anthropic_error(400, "invalid_request_error", "anthropic-version header is required")
+            return anthropic_error(400, "invalid_request_error",
+                                   "anthropic-version header is required")
         b = r.body
         for key in ("model", "max_tokens", "messages"):
             if key not in b:
@@ -272,8 +272,8 @@ def openai_completion(text: str | None = None, tool_calls: list[tuple[str, dict]
                                  for n, a in tool_calls]
     return Reply({"id": f"chatcmpl-{next(_ids)}", "object": "chat.completion",
                   "created": int(time.time()), "model": model,
-                  "choices": [{"index": 0, "message": message,
-                               "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
+                  "choices": [{"index": 0, "message": message, "finish_reason": finish_reason
+                               or ("tool_calls" if tool_calls else "stop")}],
                   "usage": {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200,
                             **(usage or {})}})
 

@@ -6,6 +6,7 @@ The conversations through the real synthesis loop and verifier are in test_agent
 """
 from __future__ import annotations
 
+import importlib.util
 import socket
 import time
 
@@ -98,7 +99,8 @@ def test_prompt_carries_region_contract_incumbent_feedback_and_cross_target(wire
                       config={"target": "cuda"})
     req = request(phase="optimize", round=3, best=seed_candidate(), cross_target_reference=cross,
                   feedback=(feedback("verified", "", candidate_id="builtin-seed", time_ms=0.5,
-                                     floor_ms=0.1, recommendations=("[memory_bandwidth] use BLOCK=1024 (expected gain: 2x)",)),
+                                     floor_ms=0.1,
+                                     recommendations=("[memory_bandwidth] use BLOCK=1024",)),
                             feedback("mismatch", "max abs err 0.9 at [2, 3]")))
     with FakeLLMServer([wire.text(python_block(GOOD))]) as server:
         provider = wire.provider(server)
@@ -173,8 +175,8 @@ def test_openai_request_shape_local_and_official():
 # --- tools ---------------------------------------------------------------------------------
 
 def test_tool_round_trip_broken_then_fixed(wire):
-    tools = RecordingTools({BROKEN: {"status": "compile_error",
-                                     "message": "AttributeError: module has no attribute 'maximun'"}})
+    error = "AttributeError: module has no attribute 'maximun'"
+    tools = RecordingTools({BROKEN: {"status": "compile_error", "message": error}})
 
     def after_tool(received: Received) -> Reply:
         result = tool_result_of(received)
@@ -263,7 +265,8 @@ def test_truncated_answer_is_asked_again(wire):
 
 
 def test_several_candidates_from_one_answer(wire):
-    answer = python_block(GOOD, "First:") + python_block(FAST, "Second:") + python_block(WRONG, "Third:")
+    answer = "".join(python_block(source, prose) for source, prose in
+                     [(GOOD, "First:"), (FAST, "Second:"), (WRONG, "Third:")])
     with FakeLLMServer([wire.text(answer)]) as server:
         candidates = wire.provider(server).generate(request(num_candidates=2))
     assert [c.source for c in candidates] == [GOOD, FAST]
@@ -356,7 +359,8 @@ def test_unreachable_endpoint(wire):
         url = f"http://127.0.0.1:{port}"
 
     provider = wire.provider(Nowhere, max_attempts=2)
-    with pytest.raises(ProviderError, match=f"gave up after 2 attempts.*cannot connect to http://127.0.0.1:{port}"):
+    with pytest.raises(ProviderError,
+                       match=f"gave up after 2 attempts.*cannot connect to http://127.0.0.1:{port}"):
         provider.generate(request())
 
 
@@ -365,7 +369,7 @@ def test_unreachable_endpoint(wire):
 def test_dollar_budget_stops_before_the_next_request(wire):
     usage = ({"input_tokens": 100_000, "output_tokens": 10_000} if wire.name == "anthropic"
              else {"prompt_tokens": 100_000, "completion_tokens": 10_000})
-    prices = {"claude-sonnet-4-6": {"input": 3, "output": 15}, "gpt-test": {"input": 3, "output": 15}}
+    prices = {model: {"input": 3, "output": 15} for model in ("claude-sonnet-4-6", "gpt-test")}
     with FakeLLMServer([wire.text(python_block(GOOD), usage=usage)]) as server:
         provider = wire.provider(server, max_dollars=0.40, prices=prices)
         provider.generate(request())                        # spends $0.45
@@ -419,7 +423,8 @@ def test_analysis_agent_returns_structured_recommendations(wire):
     with FakeLLMServer([answer]) as server:
         provider = wire.provider(server)
         recs = provider.analyze(request(phase="optimize", best=seed_candidate()), profile)
-    assert recs == ("[memory_bandwidth] raise BLOCK from 2 to 1024 (expected gain: 4x) — too many tiny programs",
+    assert recs == ("[memory_bandwidth] raise BLOCK from 2 to 1024 (expected gain: 4x)"
+                    " — too many tiny programs",
                     "[memory_bandwidth] num_warps=4 (expected gain: 1.1x)")
     assert provider.last_analysis["limiter"] == "memory_bandwidth"
     body = server.received[0].body
@@ -464,6 +469,21 @@ def test_registry(monkeypatch):
     assert parse_option("max-dollars=3") == ("max_dollars", 3)
     assert parse_option("use_tools=false") == ("use_tools", False)
     assert parse_option("base_url=http://h:1/v1") == ("base_url", "http://h:1/v1")
-    assert get_provider("anthropic", max_dollars=parse_option("max_dollars=unlimited")[1]).budget.max_dollars is None
+    unlimited = parse_option("max_dollars=unlimited")[1]
+    assert get_provider("anthropic", max_dollars=unlimited).budget.max_dollars is None
     with pytest.raises(ProviderError, match="unknown option"):
         get_provider("anthropic", colour="blue")
+    with pytest.raises(ProviderError, match="unknown option.*max_dollar"):
+        get_provider("openai", api_key="k", max_dollar=3)     # a typo of max_dollars
+    if importlib.util.find_spec("kforge.providers.builtin"):
+        assert get_provider("builtin").name == "builtin"
+        with pytest.raises(ProviderError, match="provider builtin does not take the option"):
+            get_provider("builtin", model="x")
+
+
+def test_openai_official_endpoint_settings(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    provider = get_provider("openai", api_key="sk-test", model="gpt-5")
+    assert provider.backend.endpoint.startswith("https://api.openai.com")
+    assert provider.backend.token_limit_field == "max_completion_tokens"
+    assert provider.meter.price_source == "table"

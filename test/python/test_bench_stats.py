@@ -106,7 +106,7 @@ def test_markdown_json_png_and_merge(tmp_path):
     doc = json.loads(paths["json"].read_text())
     assert doc["schema"] == "kforge.bench" and doc["version"] == 1
     md = paths["md"].read_text()
-    assert "| strict | all | 2 | 2 | 1.00x | 0.50 |" in md
+    assert "| strict | all | 2 | 2 | 0 | 1.00x | 0.50 |" in md
     assert "time budget exhausted" in md
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError):

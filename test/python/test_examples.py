@@ -89,3 +89,16 @@ def test_weight_arguments_are_annotated(imported):
     names = re.findall(r'\{kforge\.weight = "([^"]+)"\}', text)
     assert names == list(result.weight_names)
     assert f'kforge.weights_file = "{result.weights_path.name}"' in text
+
+
+def test_example_forms_regions(imported, kforge_opt, tmp_path):
+    """kforge-opt cuts the example into regions whose weight operands name real weights."""
+    from kforge.frontend.regions import form_regions, read_region_specs, supports_region_export
+
+    if not supports_region_export():
+        pytest.skip("this kforge-opt has no --kforge-export-regions yet")
+    _, result, _ = imported
+    specs = read_region_specs(form_regions(result.mlir_path, tmp_path / "regions"))
+    assert specs, "no fusion region formed"
+    weights = {a["weight"] for spec in specs for a in spec["args"] if a.get("weight")}
+    assert weights and weights <= set(result.weight_names)

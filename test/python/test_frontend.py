@@ -239,8 +239,17 @@ def test_form_regions(examples_dir, tmp_path, kforge_opt):
     result = import_model(examples_dir / "mlp_gelu.py", tmp_path / "model.mlir")
     out = form_regions(result.mlir_path, tmp_path / "regions")
     specs = read_region_specs(out)
-    assert specs and (out / "host_plan.json").is_file()
+    assert specs and (out / "host_plan.json").is_file() and (out / "outlined.mlir").is_file()
     assert any(spec["root_kind"] == "contraction" for spec in specs)
+
+    # A second run into the same directory replaces the regions and keeps the user's files.
+    (out / "notes.txt").write_text("mine")
+    other = import_model(examples_dir / "gemm_softmax.py", tmp_path / "other.mlir")
+    form_regions(other.mlir_path, out)
+    again = read_region_specs(out)
+    assert {s["hash"] for s in again}.isdisjoint({s["hash"] for s in specs})
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".regions-")]
 
 
 # --- the command line -----------------------------------------------------------------------
@@ -254,6 +263,10 @@ def test_cli_import_and_regions(examples_dir, tmp_path, run_kforge, kforge_opt):
     proc = run_kforge("regions", out, "-o", tmp_path / "regions")
     assert proc.returncode == 0, proc.stderr
     assert "linalg.matmul" in proc.stdout and "2 contractions" in proc.stdout
+    from kforge.frontend.regions import supports_region_export
+    if supports_region_export():
+        assert "2 fusion regions" in proc.stdout and "matmul + bias + gelu" in proc.stdout
+        assert (tmp_path / "regions" / "host_plan.json").is_file()
 
 
 def test_cli_regions_on_malformed_ir(tmp_path, run_kforge, kforge_opt):
@@ -262,3 +275,40 @@ def test_cli_regions_on_malformed_ir(tmp_path, run_kforge, kforge_opt):
     proc = run_kforge("regions", bad)
     assert proc.returncode == 2
     assert "kforge regions: error: kforge-opt failed" in proc.stderr and f"{bad}:" in proc.stderr
+
+
+def test_callers_module_and_rng_are_left_as_they_were(tmp_path, examples_dir):
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).train()
+    torch.manual_seed(123)
+    x = torch.randn(3, 4)
+    import_model(model, tmp_path / "m.mlir", example_inputs=[x])
+    import_model(examples_dir / "mlp_gelu.py", tmp_path / "e.mlir")   # seeds privately
+    after = torch.rand(1)
+    torch.manual_seed(123)
+    torch.randn(3, 4)
+    assert torch.equal(after, torch.rand(1))
+    assert model.training and model[1].training
+    assert int(model[1].num_batches_tracked) == 0        # traced, never run
+
+
+# --- MLIR 22 clean-ups ----------------------------------------------------------------------
+
+def test_asserts_in_linalg_bodies_are_removed(tmp_path):
+    """torch-mlir guards batch norm's 1/sqrt(var + eps) with a cf.assert inside the body."""
+    from kforge.frontend import lower_model
+
+    model = nn.BatchNorm1d(4).eval()
+    inputs = [torch.randn(3, 4)]
+    raw = lower_model(model, example_inputs=inputs).torch_mlir_text
+    assert "cf.assert" in raw                       # the clean-up has something to do
+    text = import_model(model, tmp_path / "bn.mlir", example_inputs=inputs).mlir_path.read_text()
+    assert "cf.assert" not in text and "arith.cmpf one" not in text
+
+
+def test_unparseable_torch_mlir_output_is_reported():
+    from kforge.frontend.ir import finalize_module
+
+    with pytest.raises(UserError, match="MLIR 22.1.8 cannot parse"):
+        finalize_module('func.func @main() { "tm_tensor.scan"() : () -> () }',
+                        weight_names=[], num_inputs=0, weights_file="w.safetensors",
+                        origin="model.py")

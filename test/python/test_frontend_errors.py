@@ -5,7 +5,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 from torch import nn
 
 from kforge.errors import UserError

@@ -86,3 +86,11 @@ def test_mismatch_is_feedback_a_writer_can_act_on():
     record = verify_candidate(_spec("add_relu"), wrong, "cpu", "strict")
     assert record.reason == "mismatch" and record.feedback_status == "mismatch"
     assert "seed" in record.message and "first at" in record.message
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the Triton "
+                    "interpreter cannot run the autotuner)")
+def test_autotuned_candidate_is_verified_on_gpu():
+    record = verify_candidate(_spec("add_relu"), _source("good_add_relu_autotuned"), "cuda",
+                              "strict", measure=True)
+    assert record.status == "verified", record.message

@@ -99,7 +99,8 @@ def load_prices(extra: dict | str | Path | None = None, defaults: bool = True) -
 
 
 def price_for(model: str, table: dict[str, Price]) -> tuple[Price, str]:
-    """The price of `model` and where it came from: 'table' (exact or dated variant) or 'assumed'."""
+    """The price of `model` and where it came from: 'table' (exact or a dated variant) or
+    'assumed'."""
     if model in table:
         return table[model], "table"
     # Dated snapshots ("claude-sonnet-4-5-20250929") cost what their family costs.

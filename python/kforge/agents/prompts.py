@@ -77,13 +77,26 @@ def region_context(request: GenerationRequest) -> str:
     parts = [
         "# The region\n" + describe_spec(request.spec),
         f"# Precision policy: {request.precision}\n"
-        + PRECISION_CONTRACTS.get(request.precision, request.precision),
+        + PRECISION_CONTRACTS.get(request.precision, request.precision) + _dot_note(request),
         "# Target\n" + describe_target(request.target),
         "# Region MLIR (linalg on tensors)\n```mlir\n" + request.region_mlir.strip() + "\n```",
         "# PyTorch reference (the correctness oracle)\n```python\n"
         + request.reference_source.strip() + "\n```",
     ]
     return "\n\n".join(parts)
+
+
+def _dot_note(request: GenerationRequest) -> str:
+    allowed = getattr(request.target, "dot_input_precisions", None)
+    if not callable(allowed):
+        return ""
+    try:
+        values = allowed(request.precision)
+    except Exception:  # noqa: BLE001 - a prompt can do without it
+        return ""
+    spelled = ", ".join("bf16 operands (cast)" if v is None else f'input_precision="{v}"'
+                        for v in values)
+    return f"\nOn this target, tl.dot on fp32 operands may use: {spelled}."
 
 
 def round_prompt(request: GenerationRequest, notes: tuple[str, ...] = ()) -> str:
@@ -116,14 +129,27 @@ def round_prompt(request: GenerationRequest, notes: tuple[str, ...] = ()) -> str
     return "\n\n".join(parts)
 
 
+def floor_ms(request: GenerationRequest) -> float | None:
+    """The region's roofline floor on the request's target, when the target can say."""
+    floor = getattr(request.target, "floor_ms", None)
+    flops, nbytes = _get(request.spec, "flops", 0), _get(request.spec, "min_bytes", 0)
+    if not callable(floor) or not (flops or nbytes):
+        return None
+    try:
+        return float(floor(flops, nbytes, request.precision))
+    except Exception:  # noqa: BLE001 - a prompt can do without it
+        return None
+
+
 def _incumbent(request: GenerationRequest) -> str:
     best = request.best
     timing = ""
     for f in request.feedback:
         if f.candidate_id == best.id and f.time_ms is not None:
             timing = f" It runs in {f.time_ms:.4g} ms"
-            if f.floor_ms:
-                timing += f" (roofline floor {f.floor_ms:.4g} ms, {f.time_ms / f.floor_ms:.2f}x)"
+            floor = f.floor_ms or floor_ms(request)
+            if floor:
+                timing += f" (roofline floor {floor:.4g} ms, {f.time_ms / floor:.2f}x)"
             timing += "."
     return (f"# Best verified kernel so far ({best.provider}, id {best.id})\n"
             f"It passes verification.{timing} Improve on it; do not regress correctness.\n"
@@ -161,7 +187,8 @@ def describe_spec(spec: Any) -> str:
     for i, a in enumerate(args):
         shape = list(_get(a, "shape", ()) or ())
         weight = _get(a, "weight")
-        role = f"  weight '{weight}' (passed through prepare_weights)" if weight else ""
+        role = (f"  model weight '{weight}': the same tensor at every call; prepare_weights "
+                "may transform it once") if weight else ""
         lines.append(f"  {i}: {_get(a, 'name', f'arg{i}')}  {_get(a, 'dtype', '?')}{shape}{role}")
     values = {_get(v, "name"): v for v in (_get(spec, "values", ()) or ())}
     results = _get(spec, "results", ()) or ()
@@ -171,7 +198,8 @@ def describe_spec(spec: Any) -> str:
         lines.append(f"  {r}  {_get(v, 'dtype', '?')}{list(_get(v, 'shape', ()) or ())}")
     flops, nbytes = _get(spec, "flops"), _get(spec, "min_bytes")
     if flops is not None or nbytes is not None:
-        lines.append(f"work: {flops} flops, {nbytes} bytes minimum traffic")
+        lines.append(f"work: {flops} flops, {nbytes} bytes minimum traffic (dynamic dimensions "
+                     "counted as 1)")
     return "\n".join(lines)
 
 
@@ -201,12 +229,14 @@ def analysis_instructions() -> str:
 def analysis_prompt(request: GenerationRequest, profile: dict) -> str:
     profile = dict(profile)
     source = profile.pop("source", None) or (request.best.source if request.best else None)
-    time_ms, floor_ms = profile.get("time_ms"), profile.get("floor_ms")
+    if not profile.get("floor_ms"):
+        profile["floor_ms"] = floor_ms(request)
+    time_ms, floor = profile.get("time_ms"), profile.get("floor_ms")
     parts = [f"Region {_get(request.spec, 'name', '?')}, precision {request.precision}.\n"
              + PRECISION_CONTRACTS.get(request.precision, "")]
-    if time_ms and floor_ms:
-        parts.append(f"Measured {time_ms:.4g} ms against a roofline floor of {floor_ms:.4g} ms: "
-                     f"{time_ms / floor_ms:.2f}x the floor.")
+    if time_ms and floor:
+        parts.append(f"Measured {time_ms:.4g} ms against a roofline floor of {floor:.4g} ms: "
+                     f"{time_ms / floor:.2f}x the floor.")
     parts.append("# Region\n" + describe_spec(request.spec))
     parts.append("# Target\n" + describe_target(request.target))
     parts.append("# Profile\n```json\n" + json.dumps(profile, indent=1, default=str) + "\n```")
@@ -217,7 +247,8 @@ def analysis_prompt(request: GenerationRequest, profile: dict) -> str:
 
 def format_recommendation(limiter: str, rec: dict) -> str:
     """One recommendation as the line the generation agent reads in Feedback.recommendations."""
-    text = f"[{limiter}] {rec.get('change', '').strip()} (expected gain: {rec.get('expected_gain', '?')})"
+    gain = rec.get("expected_gain", "?")
+    text = f"[{limiter}] {rec.get('change', '').strip()} (expected gain: {gain})"
     if rec.get("rationale"):
         text += f" — {rec['rationale'].strip()}"
     return text

@@ -8,11 +8,10 @@ with `kforge.load(PKG, module)` and verified/tuned on this machine first (`kforg
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,26 @@ def _sync(target: str):
     if target == "cuda":
         import torch
         torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def baseline_precision(policy: str | None, device: str):
+    """PyTorch's own reduced-precision mode matching a policy, for `--baseline-precision matched`:
+    TF32 matrix products for `tf32`, bf16 autocast for `bf16`; nothing for `strict` or None."""
+    import torch
+
+    if policy == "tf32":
+        old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    elif policy == "bf16":
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            yield
+    else:
+        yield
 
 
 def eager(model) -> Contender:
@@ -117,41 +136,38 @@ def kforge_compiled(model, inputs, target: str, precision: str, provider: str,
                            **package_summary(_package_path(compiled, workdir))})
 
 
-def kforge_loaded(package: Path, model, target: str, precision: str, tune: bool,
-                  tune_timeout_s: float) -> Contender:
-    """A package compiled elsewhere: verify/tune it here (`kforge tune PKG`), then kforge.load."""
-    build_record = package.parent / f"{package.name}.build.json"   # from kforge.bench.packages
-    record = {}
-    if build_record.is_file():
-        try:
-            record = json.loads(build_record.read_text())
-        except (OSError, ValueError):
-            record = {}
-    if record.get("status") == "failed":
-        tail = " | ".join(record.get("log_tail", [])[-2:])
+def kforge_loaded(package: Path, model, target: str, precision: str, tune: bool) -> Contender:
+    """A package compiled elsewhere: verify (and tune) its candidate kernels on this machine,
+    unless a parallel pre-pass already did (`python -m kforge.bench.packages --tune`, which
+    leaves <workload>.tune.json beside the package), then bind it with kforge.load(PKG, module).
+    Compile time = build time where it was compiled + tune time here + load time."""
+    build = _read_json(package.parent / f"{package.name}.build.json")   # kforge.bench.packages
+    if build.get("status") == "failed":
+        tail = " | ".join(build.get("log_tail", [])[-2:])
         raise ContenderUnavailable(f"`kforge compile` failed when the package was built "
-                                   f"(exit {record.get('returncode')}): {tail}"[:500])
+                                   f"(exit {build.get('returncode')}): {tail}"[:500])
     if not package.exists():
         raise ContenderUnavailable(f"no package at {package} (build it with benchmarks/build_packages.sh)",
                                    "skipped")
     load_fn = _kforge_api("load")
     summary = package_summary(package)
-    build_s = record.get("compile_s", summary.get("compile_s"))
-    tune_s = None
+    build_s = build.get("compile_s", summary.get("compile_s"))
+    pretune = _read_json(package.parent / f"{package.name}.tune.json")
+    tune_s = pretune.get("tune_s")
     if tune:
         t0 = time.perf_counter()
-        cmd = [sys.executable, "-m", "kforge.cli", "tune", str(package)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=tune_timeout_s,
-                                  env=kforge_env())
-        except subprocess.TimeoutExpired as exc:
-            raise ContenderUnavailable(f"`kforge tune` took over {tune_timeout_s:.0f}s") from exc
-        tune_s = time.perf_counter() - t0
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise ContenderUnavailable(f"`kforge tune {package.name}` exited {proc.returncode}: "
-                                       + " | ".join(tail)[:400])
-        summary = package_summary(package)      # tuning records verification in the package
+            from kforge.package import open_package
+            from kforge.runtime import pending_candidates, tune_package
+            if pending_candidates(open_package(package), target):
+                tune_package(package)
+                tune_s = (tune_s or 0.0) + time.perf_counter() - t0
+        except ImportError as exc:
+            raise ContenderUnavailable(f"kforge's runtime cannot tune here: {exc}", "skipped") from exc
+        except Exception as exc:
+            raise ContenderUnavailable(f"tuning {package} failed: {type(exc).__name__}: "
+                                       f"{_first_line(exc)}") from exc
+        summary = package_summary(package)      # tuning records verification in the manifest
     t0 = time.perf_counter()
     try:
         fn = _call_accepting(load_fn, (str(package), model), {}, dict(target=target))
@@ -164,8 +180,16 @@ def kforge_loaded(package: Path, model, target: str, precision: str, tune: bool,
                            "tune_s": tune_s, "load_s": load_s, **summary})
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def package_summary(package: "Path | str | None") -> dict:
-    """Regions, verified kernels and recorded compile time from a package's manifest and report
+    """Regions, verified kernels and compile time from a package's manifest and report.json
     (read defensively: fields the package does not have are left out)."""
     if not package:
         return {}
@@ -175,32 +199,32 @@ def package_summary(package: "Path | str | None") -> dict:
     if manifest.is_file():
         try:
             kernels = json.loads(manifest.read_text()).get("kernels", {})
-            status = [k.get("verification", {}).get("status") for k in kernels.values()]
+            status = [(k.get("verification") or {}).get("status") for k in kernels.values()]
             out["kernels"] = len(kernels)
             out["kernels_verified"] = sum(1 for s in status if s == "verified")
+            out["kernels_rejected"] = sum(1 for s in status if s == "rejected")
         except (OSError, ValueError, AttributeError):
             out["manifest_error"] = "unreadable manifest.json"
-    for name in ("report.json", "package.json"):
-        path = package / name
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            for key in ("compile_s", "compile_seconds", "elapsed_s"):
-                if isinstance(data.get(key), (int, float)):
-                    out["compile_s"] = float(data[key])
-                    break
-            if isinstance(data.get("regions"), list):
-                out.setdefault("regions", len(data["regions"]))
+    report = package / "report.json"
+    if report.is_file():
+        try:
+            data = json.loads(report.read_text())
+        except (OSError, ValueError):
+            data = {}
+        if isinstance(data.get("elapsed_s"), (int, float)):
+            out["compile_s"] = float(data["elapsed_s"])
+        summary = data.get("summary") or {}
+        for key in ("regions", "verified", "candidate", "reference"):
+            if isinstance(summary.get(key), int):
+                out[f"regions_{key}" if key != "regions" else "regions"] = summary[key]
     return out
 
 
 def _package_path(compiled, workdir: Path) -> str | None:
-    for attr in ("package", "package_dir", "path"):
-        value = getattr(compiled, attr, None)
-        if value:
-            return str(value)
+    package = getattr(compiled, "package", None)          # kforge.runtime.CompiledModel
+    root = getattr(package, "root", package)
+    if root:
+        return str(root)
     return str(workdir) if (workdir / "manifest.json").exists() else None
 
 

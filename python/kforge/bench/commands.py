@@ -35,12 +35,15 @@ def register(subparsers) -> None:
                    help="folder of packages compiled elsewhere: PACKAGES/<policy>/<workload>/ "
                         "(benchmarks/build_packages.sh makes one); default: compile here")
     p.add_argument("--no-tune", action="store_true",
-                   help="with --packages: do not run `kforge tune` on them first")
-    p.add_argument("--tune-timeout", type=float, default=900.0, metavar="S",
-                   help="limit for one `kforge tune` (default 900 s)")
+                   help="with --packages: do not verify/tune pending candidate kernels first "
+                        "(they then stay unused: regions run by their reference)")
     p.add_argument("--baselines", default="eager,compile",
                    help="comma-separated subset of eager,compile (default both; "
                         "a skipped baseline is recorded with its reason)")
+    p.add_argument("--baseline-precision", choices=("as-written", "matched"), default="as-written",
+                   help="as-written (default): baselines run the fp32 model as given, the issue's "
+                        "yardstick; matched: also time eager/torch.compile under PyTorch's own mode "
+                        "for each policy (TF32 matmuls for tf32, bf16 autocast for bf16)")
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode (default: Inductor's default)")
     p.add_argument("--provider", default="builtin", help="KForge provider when compiling here")
@@ -147,7 +150,8 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
     config = BenchConfig(
         target=target, precisions=precisions, scale="smoke" if args.smoke else "full",
         baselines=baselines, provider=args.provider, packages=args.packages, tune=not args.no_tune,
-        tune_timeout_s=args.tune_timeout, compile_mode=args.compile_mode,
+        compile_mode=args.compile_mode,
+        baseline_precision=args.baseline_precision,
         workdir=out / "work", deadline=_deadline(args, start))
     results = Runner(config, timer, peaks, log=lambda m: print(m, flush=True)).run(selected)
 
@@ -158,8 +162,12 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         "kforge_source": (f"loaded from {args.packages} (compiled elsewhere; "
                           f"{'tuned/verified here with `kforge tune`' if config.tune else 'not re-tuned'})"
                           if args.packages else "compiled here with kforge.compile"),
+        "baseline_precision": args.baseline_precision,
         "baseline_note": "PyTorch eager and torch.compile run the model as written: fp32, TF32 off "
-                         "(PyTorch's default); speedups are over the faster of the two, per workload",
+                         "(PyTorch's default); speedups are over the faster of the two, per workload"
+                         + ("; 'vs matched' columns: the faster of eager and torch.compile under "
+                            "PyTorch's own mode for the policy (TF32 matmuls for tf32, bf16 autocast "
+                            "for bf16; strict = as written)" if args.baseline_precision == "matched" else ""),
         "argv": sys.argv[1:],
         "wall_s": round(time.time() - start, 1),
     }

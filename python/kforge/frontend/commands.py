@@ -22,7 +22,8 @@ def register(subparsers) -> None:
                         "default: model.mlir)")
     p.add_argument("--dynamic-batch", action="store_true",
                    help="make dimension 0 of every input dynamic")
-    p.add_argument("--print", action="store_true", dest="print_ir", help="also print the IR")
+    p.add_argument("--print", action="store_true", dest="print_ir",
+                   help="print the IR to stdout (the summary then goes to stderr)")
     p.set_defaults(func=run_import)
 
     p = subparsers.add_parser(
@@ -42,7 +43,7 @@ def run_import(args: argparse.Namespace) -> int:
 
     from kforge.frontend.importer import import_model
 
-    console = Console()
+    console = Console(stderr=args.print_ir)    # with --print, stdout holds only the IR
     start = time.perf_counter()
     with console.status(f"importing {args.model} through torch-mlir ..."):
         result = import_model(args.model, args.output, dynamic_batch=args.dynamic_batch)
@@ -107,19 +108,22 @@ def run_regions(args: argparse.Namespace) -> int:
     with console.status(f"kforge-opt: forming and exporting regions into {out_dir} ..."):
         form_regions(args.mlir, out_dir)
     specs = read_region_specs(out_dir)
-    console.print(f"[bold]{len(specs)} fusion regions[/bold] in {out_dir}")
+    console.print(f"[bold]{_n(len(specs), 'fusion region')}[/bold] in {out_dir} "
+                  "(<hash>.mlir, <hash>.json, host_plan.json)")
     table = Table()
-    for column in ("region", "root", "fused", "args", "weights", "GFLOP", "min MB"):
-        table.add_column(column, justify="right" if column in ("args", "weights", "GFLOP",
-                                                               "min MB") else "left")
+    table.add_column("region", no_wrap=True, min_width=16)
+    table.add_column("root", no_wrap=True)
+    for column in ("args (weights)", "FLOP", "min bytes"):
+        table.add_column(column, justify="right", no_wrap=True)
     for spec in specs:
         args_ = spec.get("args", [])
+        weights = sum(1 for a in args_ if a.get("weight"))
         table.add_row(spec.get("hash", "?"), spec.get("root_kind", "?"),
-                      " + ".join(spec.get("fused", [])), str(len(args_)),
-                      str(sum(1 for a in args_ if a.get("weight"))),
-                      f"{spec.get('flops', 0) / 1e9:.3g}",
-                      f"{spec.get('min_bytes', 0) / 1e6:.3g}")
+                      f"{len(args_)} ({weights})", _flops(spec.get("flops", 0)),
+                      _size(spec.get("min_bytes", 0)))
     console.print(table)
+    for spec in specs:      # below the table: these lists are long
+        console.print(f"{spec.get('hash', '?')}: {' + '.join(spec.get('fused', []))}")
     return 0
 
 

@@ -20,7 +20,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -70,6 +70,8 @@ def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathL
     user input is one dynamic size. Nothing is written unless the whole import succeeds.
     """
     out_path = Path(out_path)
+    if out_path.suffix == ".safetensors":
+        raise UserError(f"{out_path}: the output is the .mlir file; the weights go beside it")
     lowered = lower_model(source, dynamic_batch=dynamic_batch, example_inputs=example_inputs)
     loaded, weight_names, weights = lowered.loaded, lowered.weight_names, lowered.weights
     weights_path = out_path.with_suffix(".safetensors")
@@ -98,7 +100,12 @@ def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = 
     """Loads, exports (torch.export) and lowers (torch-mlir) a model; writes nothing."""
     loaded = load_model(source, example_inputs)
     weight_names, weights = _collect_weights(loaded.module)
-    program = _export(loaded, weight_names, weights, dynamic_batch)
+    was_training = loaded.module.training
+    loaded.module.eval()               # inference semantics: batch norm uses running stats
+    try:
+        program = _export(loaded, weight_names, weights, dynamic_batch)
+    finally:
+        loaded.module.train(was_training)
     text = _lower_to_linalg(program, loaded.origin)
     return LoweredModel(loaded, tuple(weight_names), tuple(weights), text)
 
@@ -237,8 +244,9 @@ def _lower_to_linalg(program, origin: str) -> str:
                                       decomposition_table={})
     except TorchMlirCompilerError as exc:
         raise UserError(_explain_lowering_failure(origin, diagnostics, str(exc))) from None
-    except NotImplementedError as exc:
-        raise UserError(f"{origin}: torch-mlir cannot import this model: {exc}") from None
+    except Exception as exc:     # the FX importer's own NotImplementedError, ValueError, ...
+        raise UserError(f"{origin}: torch-mlir cannot import this model: "
+                        f"{type(exc).__name__}: {_clip(str(exc))}") from None
     finally:
         handler.detach()
     _reject_foreign_ops(module, origin)

@@ -109,7 +109,14 @@ def _remove_body_asserts(module) -> int:
 
     module.operation.walk(visit)
     for op in doomed:
+        condition = op.operands[0]
         op.erase()
+        producer = condition.owner            # the comparison that fed only the assert
+        if isinstance(producer, ir.OpView):
+            producer = producer.operation
+        if isinstance(producer, ir.Operation) and producer.name.startswith("arith.") and \
+                not any(True for _ in condition.uses):
+            producer.erase()
     return len(doomed)
 
 

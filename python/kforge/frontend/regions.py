@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -62,9 +65,25 @@ def form_regions(mlir_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tool = kforge_opt()
-    passes = _region_pass_flags(str(tool), out_dir)
-    run_tool([tool, mlir_path, *passes, "-o", out_dir / OUTLINED_IR], what=str(mlir_path))
+    # Export into a fresh directory, then replace the previous run's region files: a failed run
+    # leaves the old ones, and no stale region from an earlier version of the model survives.
+    staging = Path(tempfile.mkdtemp(prefix=".regions-", dir=out_dir.parent))
+    try:
+        passes = _region_pass_flags(str(tool), staging)
+        run_tool([tool, mlir_path, *passes, "-o", staging / OUTLINED_IR], what=str(mlir_path))
+        for old in out_dir.iterdir():
+            if _is_region_file(old.name):
+                old.unlink()
+        for new in staging.iterdir():
+            os.replace(new, out_dir / new.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def _is_region_file(name: str) -> bool:
+    return name in (OUTLINED_IR, "host_plan.json") or \
+        re.fullmatch(r"[0-9a-f]{16}\.(json|mlir)", name) is not None
 
 
 def supports_region_export() -> bool:
@@ -82,11 +101,13 @@ def _region_pass_flags(tool: str, out_dir: Path) -> list[str]:
     if "--kforge-pipeline" in flags and "export-dir" in help_text:
         return [f"--kforge-pipeline=export-dir={out_dir}"]
     if "--kforge-export-regions" in flags:
+        export = f"--kforge-export-regions=dir={out_dir}"
+        if "--host-plan" in help_text:
+            export += " host-plan=true"
         if "--kforge-pipeline" in flags:
-            return ["--kforge-pipeline", f"--kforge-export-regions=dir={out_dir}"]
+            return ["--kforge-pipeline", export]
         if {"--kforge-form-regions", "--kforge-outline-regions"} <= flags:
-            return ["--kforge-form-regions", "--kforge-outline-regions",
-                    f"--kforge-export-regions=dir={out_dir}"]
+            return ["--kforge-form-regions", "--kforge-outline-regions", export]
     raise UserError(f"{tool} cannot export regions yet (it has no --kforge-export-regions); "
                     "rebuild it from the current sources with `bash scripts/setup.sh`")
 

@@ -36,10 +36,11 @@ class LoadedModel:
 
 def load_model(source: Any, example_inputs: Sequence[torch.Tensor] | None = None,
                *, seed: int = 0) -> LoadedModel:
-    """Resolves `source` to a model in eval mode and its example inputs.
+    """Resolves `source` to a model and its example inputs.
 
-    Parameters are initialised under `torch.manual_seed(seed)`, so importing the same file twice
-    gives the same weights.
+    Models built here (from a class) are put in eval mode; parameters and `get_inputs()` are
+    drawn under `torch.manual_seed(seed)` in a private RNG, so importing the same file twice gives
+    the same weights. An `nn.Module` the caller passes is left as it is.
     """
     if isinstance(source, nn.Module):
         if example_inputs is None:
@@ -61,25 +62,28 @@ def load_model(source: Any, example_inputs: Sequence[torch.Tensor] | None = None
                 raise UserError(f"{text}: module {module_name!r} has no attribute {attr!r}")
         else:
             raise UserError(f"{text!r} is neither a .py file nor an import path 'pkg.module:Class'")
-        if isinstance(model_cls, nn.Module):
-            model = model_cls
-        elif inspect.isclass(model_cls) and issubclass(model_cls, nn.Module):
-            init_inputs = _call_hook(py_module, "get_init_inputs", origin, required=False) or []
+        # A private RNG: the same weights and inputs every time, the caller's RNG untouched.
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = _guarded(origin, f"{model_cls.__name__}(*get_init_inputs())",
-                             lambda: model_cls(*init_inputs))
-        else:
-            raise UserError(f"{origin}: `{getattr(model_cls, '__name__', model_cls)}` is not an "
-                            f"nn.Module subclass; {FORMAT_HINT}")
-        if example_inputs is None:
-            torch.manual_seed(seed)
-            example_inputs = _call_hook(py_module, "get_inputs", origin, required=True)
+            if isinstance(model_cls, nn.Module):
+                model = model_cls
+            elif inspect.isclass(model_cls) and issubclass(model_cls, nn.Module):
+                init_inputs = _call_hook(py_module, "get_init_inputs", origin,
+                                         required=False) or []
+                model = _guarded(origin, f"{model_cls.__name__}(*get_init_inputs())",
+                                 lambda: model_cls(*init_inputs))
+                model.eval()
+            else:
+                raise UserError(f"{origin}: `{getattr(model_cls, '__name__', model_cls)}` is "
+                                f"not an nn.Module subclass; {FORMAT_HINT}")
+            if example_inputs is None:
+                torch.manual_seed(seed)
+                example_inputs = _call_hook(py_module, "get_inputs", origin, required=True)
     inputs = tuple(example_inputs)
     for i, value in enumerate(inputs):
         if not isinstance(value, torch.Tensor):
             raise UserError(f"{origin}: example input {i} is a {type(value).__name__}; "
                             "only tensor inputs are supported (make scalars constructor arguments)")
-    model.eval()
     return LoadedModel(model, inputs, _input_names(model, len(inputs)), origin)
 
 
@@ -108,7 +112,8 @@ def _import_module(module_name: str, text: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise UserError(f"{text}: cannot import {exc.name!r} (is it installed, or on PYTHONPATH?)") from None
+        raise UserError(f"{text}: cannot import {exc.name!r} "
+                        "(is it installed, or on PYTHONPATH?)") from None
     except SyntaxError as exc:
         raise UserError(f"{exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from None
     except Exception as exc:

@@ -4,63 +4,101 @@
 
 `render_gemm(name, precision=..., epilogue=..., ...)` returns the Python source of a KForge
 candidate (see kforge.providers.base.Candidate): Triton kernels, `prepare_weights(weights)` and
-`launch(*args)`. The source needs only torch and triton; it runs on CUDA (Hopper: tl.dot lowers to
-wgmma) and under TRITON_INTERPRET=1 on the CPU.
+`launch(*args)`. The source needs only torch and triton (>= 3.6); it runs on CUDA (on Hopper
+tl.dot lowers to wgmma; checked in the PTX on an H200) and under TRITON_INTERPRET=1 on the CPU.
+Measurements and the reasons behind every default: benchmarks/gemm/NOTES.md.
 
 Interface
 ---------
 render_gemm(name, *, precision="strict", epilogue="", epilogue_args=(), has_bias=False,
             a_layout="mk", b_layout="nk", arg_order=None, impl=None, a_prep=None,
-            config=None) -> str
+            config=None, acc_flush=None, tma=None) -> str
 
 * A (the activation) is row-major [..., K] (a_layout "mk"; leading dims are flattened into M).
 * B (the weight) is either [K, N] (b_layout "kn") or nn.Linear's [N, K] (b_layout "nk").
-  `prepare_weights` always re-stores it K-major ([N, K] contiguous), in the form the precision
-  needs (fp32; stacked hi/lo planes [2, N, K]; bf16). `launch` expects that prepared form.
-* has_bias: a per-column fp32 vector `bias[N]` is added to acc before the epilogue snippet.
+  `prepare_weights` always re-stores it K-major ([N, K] rows), in the form the scheme needs
+  (fp32 [N, K]; fp32 or bf16 hi/lo planes [2, N, K]; fp16 scaled hi/lo [2, N, K + 2 rounded up to 16]; bf16
+  [N, K]). `launch` expects that prepared form (the Candidate contract calls prepare_weights first).
+* has_bias: a per-column vector `bias[N]` is added to acc (fp32) before the epilogue snippet.
 * epilogue: Triton statements (one per line, no indentation needed) that update `acc`, the fp32
   [BLOCK_M, BLOCK_N] accumulator tile. In scope: `acc`, `offs_m` [BLOCK_M] and `offs_n`
-  [BLOCK_N] (global row/column indices), `mask_m`, `mask_n`, `M`, `N`, and each epilogue
-  argument, already loaded:
+  [BLOCK_N] (global row/column indices), `mask_m`, `mask_n`, `M`, `N`, `tl`, and each epilogue
+  argument, already loaded (out-of-range lanes read 0):
       ("name", "col")    -> `name`: fp32 [BLOCK_N] vector, element n of a length-N tensor
       ("name", "row")    -> `name`: fp32 [BLOCK_M] vector, element m of a length-M tensor
       ("name", "tile")   -> `name`: fp32 [BLOCK_M, BLOCK_N] tile of an [M, N] tensor (any strides;
                             leading dims flattened like A's)
       ("name", "scalar") -> `name`: a Python float passed to the kernel
-  e.g. epilogue="acc = tl.maximum(acc, 0.0)" for bias+ReLU with has_bias=True.
+  e.g. has_bias=True, epilogue="acc = tl.maximum(acc, 0.0)" is Linear+ReLU. The same snippet runs
+  in the GEMM kernel, the persistent TMA kernel and the split-K reduce kernel.
 * arg_order: the order of launch's parameters by name ("a", "b", "bias", epilogue arg names);
   default: a, b, [bias], epilogue args in the order given. prepare_weights receives
   {index of "b": weight} and returns the prepared weight under the same index.
+* Output: a new fp32 tensor a.shape[:-1] + (N,); launch returns (out,).
 * precision: "strict" (fp32-accurate, atol=rtol=1e-4), "tf32", "bf16" (see DESIGN.md).
-  impl picks the scheme inside a policy:
-      strict: "3xtf32" (default; A split in-kernel into tf32 hi + lo, B split once in
-              prepare_weights, acc += a_lo@b_hi + a_hi@b_lo + a_hi@b_hi on tf32 tensor cores),
-              "tf32x3" (Triton's built-in input_precision="tf32x3", B kept fp32),
-              "bf16x3" (hi/lo in bf16, three bf16 products: accurate only to ~1e-5 relative per
-              product; see benchmarks/gemm/NOTES.md for when it passes 1e-4), "ieee" (plain fp32 FMA)
+  impl picks the scheme inside a policy (defaults in DEFAULTS, measured):
+      strict: "fp16x3" (default) A and B scaled by powers of two per row / per output column so
+                that |x| < 2**15, split into fp16 hi + lo (B once in prepare_weights, A by a
+                small Triton pass per call), acc += a_lo@b_hi + a_hi@b_lo + a_hi@b_hi on fp16
+                tensor cores (11-bit significands like tf32, at twice the tf32 rate), scales
+                undone exactly in the epilogue. Most accurate and fastest of the strict schemes.
+              "3xtf32" tf32 hi/lo split (A in-kernel by bit rounding, B in prepare_weights),
+                three tf32 products. As accurate, ~1.6x slower.
+              "bf16x3" bf16 hi/lo, three bf16 products: ~4e-6 relative error, passes 1e-4 only on
+                well-scaled data (fails U(-1,1) unscaled at K >= 8192): not a safe default.
+              "tf32x3" / "tri-bf16x3" / "tri-bf16x6": Triton's built-in input_precision modes.
+              "ieee": plain fp32 FMA (no tensor cores).
       tf32:   "tf32"      bf16: "bf16"
-  a_prep: "kernel" (split/cast A inside the GEMM, default) or "pass" (a small Triton pass writes
-  A's split/cast planes first; costs one read + write of A, frees the GEMM's main loop).
+* a_prep: "kernel" (split/cast A inside the GEMM) or "pass" (a small Triton pass writes A's
+  split/cast planes first: one read + one write of A, a cleaner main loop). fp16x3 needs "pass".
+* acc_flush: for the split schemes, each K step's three products go to a fresh tensor-core
+  accumulator that is then added to the running fp32 sum (default on: wgmma accumulation is not
+  round-to-nearest, and chained over all of K its error grew ~linearly in K and failed 1e-4).
+* tma: use the persistent kernel (one program per SM, tiles in grouped order, operands by TMA
+  through host-side TensorDescriptors) when SPLIT_K == 1 and rows are 16-byte aligned; else the
+  pointer kernel (cp.async pipelining, grouped order, optional split-K with a reduce kernel).
 * config: the default launch configuration baked into the source as CONFIG (a dict with BLOCK_M,
   BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, num_warps, num_stages). `launch_with_config(cfg, *args)`
-  runs with an explicit one (the tuner's entry point; no triton.autotune anywhere).
+  runs with an explicit one (the tuner's entry point; no triton.autotune anywhere); `_run(args,
+  cfg)` also returns the compiled kernels (for asm / register checks).
 
-Configuration spaces: `config_space(precision, impl=None, M=None)` (list of dicts; SPLIT_K > 1
-configs only when M is small), `default_config(precision, impl, M, N, K)` (measured picks).
+Configuration spaces: `config_space(precision, impl=None, M=None, tma=None)` (list of dicts;
+split-K configs only for small M on the pointer kernel), `default_config(precision, impl, M, N, K,
+tma)` (the measured best per shape class), `default_options(precision)` (impl, a_prep, tma).
 """
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Iterable, Sequence
 
 PRECISIONS = ("strict", "tf32", "bf16")
 IMPLS = {
-    "strict": ("3xtf32", "tf32x3", "bf16x3", "ieee"),
+    "strict": ("fp16x3", "3xtf32", "bf16x3", "tf32x3", "ieee", "tri-bf16x3", "tri-bf16x6"),
     "tf32": ("tf32",),
     "bf16": ("bf16",),
 }
-DEFAULT_IMPL = {"strict": "3xtf32", "tf32": "tf32", "bf16": "bf16"}
+DEFAULT_IMPL = {"strict": "fp16x3", "tf32": "tf32", "bf16": "bf16"}
+# per impl: (a_prep, tma) that measured best on the H200 (NOTES.md, runs 2-4)
+IMPL_OPTIONS = {
+    "fp16x3": ("pass", False),
+    "3xtf32": ("kernel", True),
+    "bf16x3": ("pass", False),
+    "tf32x3": ("kernel", False),
+    "tri-bf16x3": ("kernel", False),
+    "tri-bf16x6": ("kernel", False),
+    "ieee": ("kernel", False),
+    "tf32": ("kernel", True),
+    "bf16": ("pass", True),
+}
 EPILOGUE_KINDS = ("col", "row", "tile", "scalar")
+
+
+def default_options(precision: str) -> dict:
+    """impl, a_prep and tma of the policy's default scheme."""
+    impl = DEFAULT_IMPL[precision]
+    a_prep, tma = IMPL_OPTIONS[impl]
+    return {"impl": impl, "a_prep": a_prep, "tma": tma}
 
 
 def _cfg(bm, bn, bk, warps, stages, group_m=8, split_k=1):
@@ -68,71 +106,70 @@ def _cfg(bm, bn, bk, warps, stages, group_m=8, split_k=1):
             "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages}
 
 
-# Operand bytes per element in the main loop decide BLOCK_K: 32 for fp32 operands, 64 for bf16.
-# Shared memory per stage = (BM + planes_b * BN) * BK * bytes (+ A planes): the H200 gives a
-# block up to 227 KB, so fp32 3xtf32 tiles (B hi+lo) stay at 2-3 stages.
-_FP32_SPACE = [
-    _cfg(128, 128, 32, 8, 3),
-    _cfg(128, 128, 32, 4, 3),
-    _cfg(128, 256, 32, 8, 3),
-    _cfg(128, 128, 32, 8, 4),
-    _cfg(64, 128, 32, 4, 4),
-    _cfg(128, 64, 32, 4, 4),
-]
-_SPLIT_B_SPACE = [          # fp32 A, B as stacked fp32 hi/lo planes (3xtf32)
-    _cfg(128, 128, 32, 8, 3),
-    _cfg(128, 128, 32, 4, 3),
-    _cfg(128, 128, 16, 8, 4),
-    _cfg(128, 256, 16, 8, 3),
-    _cfg(64, 128, 32, 4, 3),
-]
-_BF16_SPACE = [
-    _cfg(128, 256, 64, 8, 3),
-    _cfg(128, 128, 64, 8, 4),
-    _cfg(128, 128, 64, 4, 4),
-    _cfg(256, 128, 64, 8, 3),
-    _cfg(64, 128, 64, 4, 4),
-    _cfg(128, 64, 64, 4, 4),
-]
-_BF16X3_SPACE = [
-    _cfg(128, 128, 64, 8, 3),
-    _cfg(128, 256, 32, 8, 3),
-    _cfg(128, 128, 32, 8, 4),
-    _cfg(64, 128, 64, 4, 3),
-]
-
-
-def config_space(precision: str, impl: str | None = None, M: int | None = None) -> list[dict]:
-    """The configurations worth measuring for a policy (and impl); adds split-K for small M."""
-    impl = impl or DEFAULT_IMPL[precision]
-    base = {"tf32": _FP32_SPACE, "tf32x3": _FP32_SPACE, "ieee": _FP32_SPACE,
-            "3xtf32": _SPLIT_B_SPACE, "bf16x3": _BF16X3_SPACE, "bf16": _BF16_SPACE}[impl]
-    out = [dict(c) for c in base]
-    if M is not None and M <= 512:
-        for c in base[:2]:
-            for sk in (2, 4):
-                out.append(dict(c, SPLIT_K=sk))
-        out = [c for c in out if c["BLOCK_M"] <= max(64, M) or c["SPLIT_K"] == 1]
-    return out
-
-
-# Measured picks (H200, 2026-11-30; benchmarks/gemm/NOTES.md). Updated from bench results.
-_BEST = {
-    # impl: (large-M config, small-M (M <= 512) config)
-    "3xtf32": (_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 3)),
-    "tf32x3": (_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4)),
-    "ieee": (_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4)),
-    "bf16x3": (_cfg(128, 128, 64, 8, 3), _cfg(64, 128, 64, 4, 3)),
-    "tf32": (_cfg(128, 256, 32, 8, 3), _cfg(64, 128, 32, 4, 4)),
-    "bf16": (_cfg(128, 256, 64, 8, 3), _cfg(64, 128, 64, 4, 4)),
+# Shared memory per stage = (A planes * BM + B planes * BN) * BK * bytes; a block gets at most
+# 232448 B on the H200. The persistent TMA kernel also keeps the epilogue's layout-conversion
+# scratch, so 128x256 tiles do not fit there (256x128 do). Tiles whose accumulators need more
+# than 255 registers spill (128x256 with three split products).
+_SPACES = {
+    # (impl, tma): configs, best first
+    ("fp16x3", False): [_cfg(128, 128, 64, 8, 3), _cfg(128, 128, 32, 8, 4), _cfg(64, 128, 64, 4, 3),
+                        _cfg(128, 256, 32, 8, 3)],
+    ("fp16x3", True): [_cfg(128, 128, 32, 8, 4), _cfg(64, 128, 64, 4, 3), _cfg(256, 128, 32, 8, 3)],
+    ("bf16x3", False): [_cfg(128, 128, 64, 8, 3), _cfg(128, 128, 32, 8, 4), _cfg(128, 256, 32, 8, 3)],
+    ("bf16x3", True): [_cfg(128, 128, 32, 8, 4), _cfg(128, 128, 64, 8, 3)],
+    ("3xtf32", True): [_cfg(128, 128, 32, 8, 3), _cfg(128, 128, 16, 8, 4), _cfg(64, 128, 32, 4, 3)],
+    ("3xtf32", False): [_cfg(128, 128, 32, 8, 3), _cfg(128, 128, 16, 8, 4), _cfg(128, 256, 16, 8, 3),
+                        _cfg(128, 128, 32, 4, 3), _cfg(64, 128, 32, 4, 3)],
+    ("tf32", True): [_cfg(256, 128, 32, 8, 3), _cfg(128, 128, 32, 8, 4), _cfg(64, 128, 32, 4, 4)],
+    ("tf32", False): [_cfg(128, 256, 32, 8, 3), _cfg(128, 128, 32, 8, 3), _cfg(128, 128, 32, 8, 4),
+                      _cfg(64, 128, 32, 4, 4), _cfg(128, 64, 32, 4, 4)],
+    ("bf16", True): [_cfg(256, 128, 64, 8, 3, 16), _cfg(256, 128, 64, 8, 3), _cfg(128, 128, 64, 8, 3, 16),
+                     _cfg(128, 128, 64, 8, 4)],
+    ("bf16", False): [_cfg(128, 256, 64, 8, 3), _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 64, 8, 4),
+                      _cfg(256, 128, 64, 8, 3), _cfg(64, 128, 64, 4, 4)],
+    ("tf32x3", False): [_cfg(128, 64, 32, 4, 4), _cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4)],
+    ("tri-bf16x3", False): [_cfg(128, 64, 32, 4, 4), _cfg(128, 128, 32, 8, 3)],
+    ("tri-bf16x6", False): [_cfg(128, 128, 32, 8, 3), _cfg(128, 64, 32, 4, 4)],
+    ("ieee", False): [_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4)],
 }
 
 
-def default_config(precision: str, impl: str | None = None, M: int | None = None,
-                   N: int | None = None, K: int | None = None) -> dict:
+def _space_key(impl: str, tma: bool) -> tuple:
+    return (impl, tma) if (impl, tma) in _SPACES else (impl, False)
+
+
+def config_space(precision: str, impl: str | None = None, M: int | None = None,
+                 tma: bool | None = None) -> list[dict]:
+    """The configurations worth measuring for a scheme, best first (split-K added for M <= 512)."""
     impl = impl or DEFAULT_IMPL[precision]
-    large, small = _BEST[impl]
-    return dict(small if (M is not None and M <= 512) else large)
+    tma = IMPL_OPTIONS[impl][1] if tma is None else tma
+    base = _SPACES[_space_key(impl, tma)]
+    out = [dict(c) for c in base]
+    if M is not None and M <= 512:
+        if tma:          # the persistent kernel has no split-K: narrower tiles instead
+            out += [dict(c, BLOCK_M=64, num_warps=4) for c in base[:2] if c["BLOCK_M"] == 128]
+        for c in base[:2]:
+            for sk in (2, 4):
+                out.append(dict(c, SPLIT_K=sk))      # runs on the pointer kernel
+    return out
+
+
+def default_config(precision: str, impl: str | None = None, M: int | None = None,
+                   N: int | None = None, K: int | None = None, tma: bool | None = None) -> dict:
+    """Measured best config per shape class (H200, 2026-11-30, benchmarks/gemm/NOTES.md)."""
+    impl = impl or DEFAULT_IMPL[precision]
+    tma = IMPL_OPTIONS[impl][1] if tma is None else tma
+    small = M is not None and M <= 512
+    if impl == "tf32" and tma:
+        big = M is not None and N is not None and M >= 1024 and N >= 8192
+        return _cfg(256, 128, 32, 8, 3) if big else _cfg(128, 128, 32, 8, 4)
+    if impl == "bf16" and tma:
+        return _cfg(128, 128, 64, 8, 3, 16) if small else _cfg(256, 128, 64, 8, 3, 16)
+    if impl == "bf16" and small:
+        return _cfg(128, 128, 64, 4, 4)
+    if impl == "tf32" and small:
+        return _cfg(128, 256, 32, 8, 3, split_k=2)
+    return dict(_SPACES[_space_key(impl, tma)][0])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -162,14 +199,50 @@ def _indent(code: str, n: int) -> str:
 
 
 # Main-loop bodies. `a` is the loaded A tile (or planes), `b_ptrs` point at B's first plane.
+def _flush(math: str) -> str:
+    """Rewrite a dot chain `acc = tl.dot(x, y, acc, ...)` so that the tensor cores accumulate one
+    K step only (into `part`, from zero) and the running sum is kept by exact fp32 adds.
+
+    Why: wgmma accumulates with truncation inside the tensor core; chained over all of K that
+    bias grows with K (measured on the H200: 3xtf32 chained reached 5.9e-5 max relative error at
+    K=8192, failing 1e-4). Triton's own tf32x3 does the same per-step split."""
+    out = []
+    for line in math.splitlines():
+        m = re.match(r"^(\s*)acc = tl\.dot\((\w+(?:\.to\(tl\.float32\))?), "
+                     r"(\w+(?:\.to\(tl\.float32\))?), acc(.*)\)$", line)
+        if not m:
+            out.append(line)
+            continue
+        ind, x, y, rest = m.groups()
+        if not (out and out[-1].startswith(ind + "part = tl.dot")):
+            out.append(f"{ind}part = tl.dot({x}, {y}{rest})")
+        else:
+            out.append(f"{ind}part = tl.dot({x}, {y}, part{rest})")
+    # acc += part after each branch's last dot
+    res, n = [], len(out)
+    for i, line in enumerate(out):
+        res.append(line)
+        if line.lstrip().startswith("part = tl.dot"):
+            ind = line[:len(line) - len(line.lstrip())]
+            nxt = out[i + 1] if i + 1 < n else ""
+            if not nxt.startswith(ind + "part = tl.dot"):
+                res.append(f"{ind}acc += part")
+    return "\n".join(res)
+
+
 def _loop_body(impl: str, a_prep: str) -> tuple[str, str]:
     """(loads, math) for one K step. Masks: A_MASK / B_MASK placeholders, filled by caller."""
     b1 = "tl.load(b_ptrs{BMASK})"
     b2 = "tl.load(b_ptrs + stride_bs{BMASK})"
     a1 = "tl.load(a_ptrs{AMASK})"
     a2 = "tl.load(a_ptrs + stride_as{AMASK})"
-    if impl in ("tf32", "tf32x3", "ieee"):
-        prec = {"tf32": "tf32", "tf32x3": "tf32x3", "ieee": "ieee"}[impl]
+    if impl in ("tf32", "tf32x3", "ieee", "tri-bf16x3", "tri-bf16x6"):
+        prec = {"tf32": "tf32", "tf32x3": "tf32x3", "ieee": "ieee",
+                "tri-bf16x3": "bf16x3", "tri-bf16x6": "bf16x6"}[impl]
+        if impl.startswith("tri-"):     # the interpreter knows only tf32/tf32x3/ieee
+            return (f"a = {a1}\nb = {b1}",
+                    'if DOT_F32:\n    acc = tl.dot(a, b, acc, input_precision="ieee")\n'
+                    f'else:\n    acc = tl.dot(a, b, acc, input_precision="{prec}")')
         return (f"a = {a1}\nb = {b1}",
                 f'acc = tl.dot(a, b, acc, input_precision="{prec}")')
     if impl == "bf16":
@@ -194,7 +267,7 @@ def _loop_body(impl: str, a_prep: str) -> tuple[str, str]:
                 'acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")\n'
                 'acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")')
         return loads, math
-    if impl == "bf16x3":
+    if impl in ("bf16x3", "fp16x3"):
         if a_prep == "kernel":
             loads = (f"a = {a1}\nb_hi = {b1}\nb_lo = {b2}\n"
                      "a_hi = a.to(tl.bfloat16)\n"
@@ -226,6 +299,11 @@ import os
 import torch
 import triton
 import triton.language as tl
+
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # older Triton: the pointer kernel only
+    TensorDescriptor = None
 
 PRECISION = "{precision}"
 IMPL = "{impl}"
@@ -296,6 +374,7 @@ def {name}_kernel(
                   + offs_m[:, None] * N + offs_n[None, :])
         tl.store(c_ptrs, acc, mask=c_mask)
 
+{tma_kernel}
 
 @triton.jit
 def {name}_splitk_reduce(
@@ -331,6 +410,30 @@ def _interpreting():
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+USE_TMA = {use_tma}
+B_PAD = {b_pad}                  # the prepared weight's rows carry 2 extra columns (scales)
+
+
+def _b_width(K):
+    return ((K + 2 + 15) // 16) * 16 if B_PAD else K
+_SMS = {{}}
+
+
+def _num_sms(device):
+    if device.type != "cuda":
+        return 4
+    if device.index not in _SMS:
+        _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device.index]
+
+
+def _tma_ok(a_in, b, K):
+    """TMA needs 16-byte aligned base and row pitch."""
+    return (TensorDescriptor is not None and (K * a_in.element_size()) % 16 == 0
+            and (b.stride(-2) * b.element_size()) % 16 == 0 and a_in.data_ptr() % 16 == 0
+            and b.data_ptr() % 16 == 0 and a_in.is_contiguous() and b.is_contiguous())
+
+
 def _run(args, cfg):
     """Launch with an explicit config; returns (out, [compiled kernels])."""
 {unpack}
@@ -341,7 +444,7 @@ def _run(args, cfg):
         a2 = a2.contiguous()
     M = a2.shape[0]
     N = b.shape[-2]
-    assert b.shape[-1] == K, "weight not prepared (expected K-major [N, K])"
+    assert b.shape[-1] == _b_width(K), "weight not prepared (expected K-major [N, K])"
     out = torch.empty((M, N), device=a.device, dtype=torch.float32)
     if M == 0 or N == 0:
         return out.reshape(*lead, N), []
@@ -351,6 +454,19 @@ def _run(args, cfg):
 {a_prep_code}
     stride_bs = b.stride(0) if b.dim() == 3 else 0
 {epi_host}
+    if USE_TMA and SK == 1 and _tma_ok(a_in, b, K):
+        nsm = _num_sms(a.device)
+        n_tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+        a_desc = TensorDescriptor.from_tensor(a_in.reshape(-1, K), [BM, BK])
+        b_desc = TensorDescriptor(b, shape=[b.numel() // b.shape[-1], K], strides=[b.stride(-2), 1],
+                                  block_shape=[BN, BK])
+        k1 = {name}_tma_kernel[(min(nsm, n_tiles),)](
+            a_desc, b_desc, out{epi_launch}, M, N, K, out.stride(0), out.stride(1),
+            BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=cfg.get("GROUP_M", 8), NUM_SMS=nsm,
+            DOT_F32=_interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+        kernels.append(k1)
+        return out.reshape(*lead, N), kernels
     c = out if SK == 1 else torch.empty((SK, M, N), device=a.device, dtype=torch.float32)
     grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN), SK)
     k1 = {name}_kernel[grid](
@@ -382,6 +498,65 @@ def launch({launch_sig}):
     return (_run(({launch_sig}), CONFIG)[0],)
 '''
 
+_TMA_KERNEL = '''
+@triton.jit
+def {name}_tma_kernel(
+    a_desc, b_desc, c_ptr{epi_params}, M, N, K, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """Persistent: one program per SM walks tiles in grouped order; A and B tiles arrive by TMA
+    (descriptors over [planes * M, K] and [planes * N, K]; a lo plane starts M (N) rows down)."""
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
+        group_id = tile_id // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_size_m)
+        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+{loads}
+{math}
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        acc = {name}_epilogue(acc, offs_m, offs_n, M, N{epi_call})
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+'''
+
+
+def _tma_loads(impl: str, a_prep: str) -> str:
+    a1 = "a_desc.load([off_m, off_k])"
+    a2 = "a_desc.load([off_m + M, off_k])"
+    b1 = "b_desc.load([off_n, off_k]).T"
+    b2 = "b_desc.load([off_n + N, off_k]).T"
+    if impl in ("tf32", "tf32x3", "ieee", "tri-bf16x3", "tri-bf16x6"):
+        return f"a = {a1}\nb = {b1}"
+    if impl == "bf16":
+        return f"a = {a1}\nb = {b1}" + ("\na = a.to(tl.bfloat16)" if a_prep == "kernel" else "")
+    if a_prep == "pass":
+        return f"a_hi = {a1}\na_lo = {a2}\nb_hi = {b1}\nb_lo = {b2}"
+    if impl == "3xtf32":
+        return (f"a = {a1}\nb_hi = {b1}\nb_lo = {b2}\n"
+                "a_hi = ((a.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)\n"
+                "a_lo = a - a_hi")
+    if impl in ("bf16x3", "fp16x3"):
+        return (f"a = {a1}\nb_hi = {b1}\nb_lo = {b2}\n"
+                "a_hi = a.to(tl.bfloat16)\na_lo = (a - a_hi.to(tl.float32)).to(tl.bfloat16)")
+    raise ValueError(impl)
+
+
 _PREP_KERNEL = '''
 @triton.jit
 def {name}_prep_a(x_ptr, y_ptr, numel, BLOCK: tl.constexpr, MODE: tl.constexpr):
@@ -403,7 +578,57 @@ def {name}_prep_a(x_ptr, y_ptr, numel, BLOCK: tl.constexpr, MODE: tl.constexpr):
 
 '''
 
+_PREP_ROWS_FP16 = '''
+@triton.jit
+def {name}_prep_a_fp16(x_ptr, y_ptr, s_ptr, M, K, stride_xm, BLOCK: tl.constexpr):
+    """Row m of A -> hi, lo fp16 planes of x * 2**(15 - e_m) (|x| < 2**e_m on the row, so the
+    scaled row stays under 2**15: no fp16 overflow, lo stays far above the subnormals);
+    s[m] = 2**(e_m - 15), applied exactly to the accumulator in the epilogue."""
+    row = tl.program_id(0)
+    xrow = x_ptr + row.to(tl.int64) * stride_xm
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK):
+        offs = k0 + tl.arange(0, BLOCK)
+        amax = tl.maximum(amax, tl.abs(tl.load(xrow + offs, mask=offs < K, other=0.0)))
+    m = tl.max(amax, 0)
+    e = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126      # m < 2**e (normal m)
+    e = tl.minimum(tl.maximum(e, -100), 100)
+    e = tl.where(m > 0, e, 0)
+    scale = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)   # 2**(15 - e)
+    tl.store(s_ptr + row, ((127 - 15 + e) << 23).to(tl.float32, bitcast=True))
+    yrow = y_ptr + row.to(tl.int64) * K
+    plane = M.to(tl.int64) * K
+    for k0 in range(0, K, BLOCK):
+        offs = k0 + tl.arange(0, BLOCK)
+        mask = offs < K
+        x = tl.load(xrow + offs, mask=mask, other=0.0) * scale
+        hi = x.to(tl.float16)
+        tl.store(yrow + offs, hi, mask=mask)
+        tl.store(yrow + plane + offs, (x - hi.to(tl.float32)).to(tl.float16), mask=mask)
+
+'''
+
 _PREP_WEIGHT = {
+    "fp16x3": ("    # per-row (output column) power-of-two scale so max|w_n| * s_n < 2**15; fp16 hi/lo of w * s\n"
+               "    N_, K_ = w.shape\n"
+               "    amax = w.abs().amax(dim=1)\n"
+               "    e = torch.frexp(amax)[1].clamp(-100, 100)               # amax < 2**e\n"
+               "    e = torch.where(amax > 0, e, torch.zeros_like(e))\n"
+               "    ws = w * torch.ldexp(torch.ones_like(amax), 15 - e)[:, None]\n"
+               "    hi = ws.to(torch.float16)\n"
+               "    lo = (ws - hi.to(torch.float32)).to(torch.float16)\n"
+               "    # [2, N, W], W = K + 2 rounded up to 16 (row stride a multiple of 16 elements, which\n"
+               "    # vectorized loads and TMA need): hi, lo; plane 0's last two columns hold 2**(e - 15)\n"
+               "    # as fp32 bits (the scale travels with the weight)\n"
+               "    W_ = _b_width(K_)\n"
+               "    out_w = torch.zeros((2, N_, W_), device=w.device, dtype=torch.float16)\n"
+               "    out_w[0, :, :K_] = hi\n"
+               "    out_w[1, :, :K_] = lo\n"
+               "    inv = torch.ldexp(torch.ones_like(amax), e - 15).to(torch.float32)\n"
+               "    out_w[0, :, W_ - 2:] = inv.view(torch.float16).reshape(N_, 2)\n"
+               "    w = out_w"),
+    "tri-bf16x3": "",
+    "tri-bf16x6": "",
     "tf32": "",
     "tf32x3": "",
     "ieee": "",
@@ -417,7 +642,7 @@ _PREP_WEIGHT = {
                "    w = torch.stack([hi, lo]).contiguous()          # [2, N, K] bf16"),
 }
 
-_B_FORM = {"tf32": "fp32 [N, K]", "tf32x3": "fp32 [N, K]", "ieee": "fp32 [N, K]",
+_B_FORM = {"fp16x3": "fp16 [2, N, W] (hi, lo of w * 2**s_n; W = K + 2 rounded up to 16; 2**-s_n in plane 0's last 2 cols)","tri-bf16x3": "fp32 [N, K]", "tri-bf16x6": "fp32 [N, K]", "tf32": "fp32 [N, K]", "tf32x3": "fp32 [N, K]", "ieee": "fp32 [N, K]",
            "bf16": "bf16 [N, K]", "3xtf32": "fp32 [2, N, K] (tf32 hi, lo)",
            "bf16x3": "bf16 [2, N, K] (hi, lo)"}
 
@@ -435,6 +660,8 @@ def render_gemm(
     impl: str | None = None,
     a_prep: str | None = None,
     config: dict | None = None,
+    acc_flush: bool | None = None,
+    tma: bool | None = None,
 ) -> str:
     """Return the Python source of a GEMM(+bias)+epilogue candidate. See the module docstring."""
     if not name.isidentifier():
@@ -448,11 +675,17 @@ def render_gemm(
         raise NotImplementedError("only row-major A ([..., K]) is supported")
     if b_layout not in ("kn", "nk"):
         raise ValueError("b_layout must be 'kn' ([K, N]) or 'nk' ([N, K], nn.Linear)")
-    a_prep = a_prep or "kernel"
+    a_prep = a_prep or IMPL_OPTIONS[impl][0]
+    if tma is None:
+        tma = IMPL_OPTIONS[impl][1]
     if a_prep not in ("kernel", "pass"):
         raise ValueError("a_prep must be 'kernel' or 'pass'")
-    if impl in ("tf32", "tf32x3", "ieee"):
+    if impl in ("tf32", "tf32x3", "ieee", "tri-bf16x3", "tri-bf16x6"):
         a_prep = "kernel"                 # nothing to prepare
+    if impl == "fp16x3":
+        a_prep = "pass"                   # the per-row scale needs the row maximum first
+    if acc_flush is None:
+        acc_flush = impl in ("3xtf32", "bf16x3", "fp16x3")
     epi = _norm_epi_args(epilogue_args)
     names = ["a", "b"] + (["bias"] if has_bias else []) + [n for n, _ in epi]
     if arg_order is None:
@@ -460,11 +693,19 @@ def render_gemm(
     arg_order = list(arg_order)
     if sorted(arg_order) != sorted(names):
         raise ValueError(f"arg_order {arg_order} must be a permutation of {names}")
-    cfg = dict(config or default_config(precision, impl))
+    cfg = dict(config or default_config(precision, impl, tma=tma))
 
     # epilogue operands: (name, kind) incl. bias
     ops = ([("bias", "col")] if has_bias else []) + epi
     params, fparams, loads, calls, host, launch_args = [], [], [], [], [], []
+    if impl == "fp16x3":   # undo the power-of-two operand scales first (exact)
+        params += ["kf_sa_ptr", "kf_sb_ptr", "stride_kf_sb"]
+        fparams += ["kf_sa_ptr", "kf_sb_ptr", "stride_kf_sb"]
+        calls += ["kf_sa_ptr", "kf_sb_ptr", "stride_kf_sb"]
+        launch_args += ["kf_sa_t", "kf_sb_t", "kf_sb_t.stride(0)"]
+        loads.append("kf_sa = tl.load(kf_sa_ptr + offs_m, mask=mask_m, other=0.0)")
+        loads.append("kf_sb = tl.load(kf_sb_ptr + offs_n * stride_kf_sb, mask=mask_n, other=0.0)")
+        host.append("kf_sb_t = b[0, :, -2:].view(torch.float32)   # [N, 1] strided view, no copy")
     for nm, kind in ops:
         if kind == "scalar":
             fparams.append(nm)
@@ -492,18 +733,31 @@ def render_gemm(
                 f" mask=mask_m[:, None] & mask_n[None, :], other=0.0).to(tl.float32)")
             host.append(f"{nm}_t = {nm}.reshape(-1, {nm}.shape[-1])\nassert tuple({nm}_t.shape) == (M, N)")
     epi_code_lines = []
+    if impl == "fp16x3":
+        epi_code_lines.append("acc = acc * kf_sa[:, None] * kf_sb[None, :]")
     if has_bias:
         epi_code_lines.append("acc = acc + bias[None, :]")
     if epilogue.strip():
         epi_code_lines.append(textwrap.dedent(epilogue).strip("\n"))
 
     loads_src, math_src = _loop_body(impl, a_prep)
+    if acc_flush:
+        math_src = _flush(math_src)
     even = loads_src.replace("{AMASK}", "").replace("{BMASK}", "")
     masked = (loads_src
               .replace("{AMASK}", ", mask=offs_k[None, :] < k_left, other=0.0")
               .replace("{BMASK}", ", mask=offs_k[:, None] < k_left, other=0.0"))
 
-    if a_prep == "pass":
+    if impl == "fp16x3":
+        a_prep_code = (
+            "    a2 = a2.contiguous()\n"
+            "    a_in = torch.empty((2, M, K), device=a.device, dtype=torch.float16)\n"
+            "    kf_sa_t = torch.empty((M,), device=a.device, dtype=torch.float32)\n"
+            "    stride_as = a_in.stride(0)\n"
+            f"    kernels.append({name}_prep_a_fp16[(M,)](a2, a_in, kf_sa_t, M, K, a2.stride(0), "
+            "BLOCK=1024, num_warps=4))")
+        prep_kernel = _PREP_ROWS_FP16.format(name=name)
+    elif a_prep == "pass":
         mode = {"3xtf32": 0, "bf16x3": 1, "bf16": 2}[impl]
         if mode == 2:
             a_prep_code = (
@@ -542,6 +796,12 @@ def render_gemm(
         loads_masked=_indent(masked, 12),
         math=_indent(math_src, 8),
         prep_weight=_PREP_WEIGHT[impl],
+        use_tma=repr(bool(tma)),
+        b_pad=repr(impl == "fp16x3"),
+        tma_kernel=(_TMA_KERNEL.format(
+            name=name, epi_params="".join(", " + p for p in params),
+            epi_call="".join(", " + c for c in calls),
+            loads=_indent(_tma_loads(impl, a_prep), 12), math=_indent(math_src, 12)) if tma else ""),
         unpack=unpack,
         a_prep_code=a_prep_code,
         epi_host=_indent("\n".join(host), 4),

@@ -16,7 +16,8 @@ from typing import Any
 from kforge.agents.budget import TokenUsage
 from kforge.providers.base import ProviderError
 from kforge.providers.llm import (ChatBackend, LLMProvider, Message, SystemPart, ToolCall,
-                                  ToolSpec, Turn, classify_sdk_error, split_options)
+                                  ToolSpec, Turn, classify_sdk_error, split_options,
+                                  unknown_options)
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 _EPHEMERAL = {"type": "ephemeral"}
@@ -28,7 +29,7 @@ class AnthropicBackend(ChatBackend):
     def __init__(self, model: str | None = None, api_key: str | None = None,
                  base_url: str | None = None, **unknown: Any) -> None:
         if unknown:
-            raise ProviderError(f"anthropic: unknown option(s) {', '.join(sorted(unknown))}")
+            raise unknown_options("anthropic", unknown, ("model", "api_key", "base_url"))
         try:
             import anthropic
         except ImportError as exc:

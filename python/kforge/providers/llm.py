@@ -20,10 +20,11 @@ from __future__ import annotations
 import abc
 import email.utils
 import hashlib
+import json
 import random
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Literal
 
 from kforge.agents import prompts
@@ -119,7 +120,8 @@ def classify_sdk_error(sdk: Any, exc: BaseException, endpoint: str,
         if status in (408, 409, 429) or status >= 500:
             return "retry", _retry_after(exc.response.headers), f"HTTP {status}: {message}"
         if status in (401, 403):
-            return "fatal", None, f"{endpoint} rejected the API key (HTTP {status}: {message}); {key_hint}"
+            return "fatal", None, (f"{endpoint} rejected the API key (HTTP {status}: {message}); "
+                                   f"{key_hint}")
         if status == 404:
             return "fatal", None, (f"{endpoint} answered 404 ({message}): check the model name "
                                    "and the base URL")
@@ -204,6 +206,8 @@ NO_CODE_REASK = ("Your answer contains no complete kernel module. Reply with the
                  "(imports, @triton.jit kernel, launch) in one ```python block.")
 TRUNCATED_REASK = ("Your answer was cut off by the output limit before the code block closed. "
                    "Reply again with only the complete module in one ```python block, concisely.")
+TOOL_BUDGET_SPENT = ("The tool budget of this round is spent: give your final answer now, with "
+                     "the complete module in a ```python block.")
 NO_CODE_NOTE = ("Your previous answer for this region contained no usable code (no ```python "
                 "block defining launch), so it could not be verified. Answer with the complete "
                 "module this time.")
@@ -306,7 +310,8 @@ class LLMProvider(Provider):
                 self._sleep(delay)
                 continue
             self.meter.add(turn.usage)
-            self._record(ctx, "answer", attempt=attempt, elapsed_s=round(time.monotonic() - started, 3),
+            self._record(ctx, "answer", attempt=attempt,
+                         elapsed_s=round(time.monotonic() - started, 3),
                          text=turn.text, stop_reason=turn.stop_reason,
                          tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments}
                                      for c in turn.tool_calls],
@@ -317,79 +322,30 @@ class LLMProvider(Provider):
 
     # --- the generation agent --------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> list[Candidate]:
-        region = str(prompts._get(request.spec, "hash", "") or prompts._get(request.spec, "name", "region"))
+        region = _region(request)
         ctx = {"agent": "generate", "region": region, "round": request.round,
                "phase": request.phase}
         b = self.budget
+        reason = self.meter.exhausted()
         if b.max_rounds is not None and self.meter.rounds >= b.max_rounds:
             reason = f"round budget reached ({self.meter.rounds} of {b.max_rounds} rounds)"
-            self._record(ctx, "budget", reason=reason)
-            raise BudgetExhausted(f"{self.name}: {reason}")
-        reason = self.meter.exhausted()
         if reason:
             self._record(ctx, "budget", reason=reason)
             raise BudgetExhausted(f"{self.name}: {reason}")
         self.meter.rounds += 1
 
-        tools_obj = getattr(request, "tools", None) or self.tools
-        specs = ([ToolSpec(name, desc, schema) for name, (_, desc, schema) in GENERATION_TOOLS.items()]
-                 if self.use_tools and tools_obj is not None else [])
+        tools = getattr(request, "tools", None) or self.tools
+        specs = [] if not self.use_tools or tools is None else [
+            ToolSpec(name, desc, schema) for name, (_, desc, schema) in GENERATION_TOOLS.items()]
         system = [SystemPart(prompts.generation_instructions(), cache=True),
                   SystemPart(prompts.region_context(request), cache=True)]
-        notes = tuple(self._notes.pop(region, ()))
-        messages = [Message("user", prompts.round_prompt(request, notes))]
-        self._record(ctx, "prompt", system=[p.text for p in system], user=messages[0].text,
+        user = prompts.round_prompt(request, tuple(self._notes.pop(region, ())))
+        self._record(ctx, "prompt", system=[p.text for p in system], user=user,
                      tools=[t.name for t in specs],
                      best=request.best.id if request.best else None,
-                     feedback=[f.candidate_id + ":" + f.status for f in request.feedback])
+                     feedback=[f"{f.candidate_id}:{f.status}" for f in request.feedback])
 
-        sources: list[str] = []
-        final_text = ""
-        submitted: str | None = None      # last source the agent sent to a tool
-        verified: str | None = None       # last source a tool reported as verified
-        tool_calls = 0
-        reasked = False
-        for turn_no in range(1, b.max_turns + 1):
-            try:
-                turn = self._call(ctx, system, messages, specs)
-            except BudgetExhausted:
-                if verified or submitted:
-                    break      # keep what the conversation produced so far
-                raise
-            messages.append(Message("assistant", turn.text, turn.tool_calls))
-            final_text = turn.text
-            if turn.tool_calls:
-                results = []
-                for call in turn.tool_calls:
-                    if tool_calls >= b.max_tool_calls:
-                        text, is_error, result = (
-                            "The tool budget of this round is spent: give your final answer "
-                            "now, with the complete module in a ```python block.", True, None)
-                    else:
-                        tool_calls += 1
-                        text, is_error, result = run_tool(tools_obj, call.name, call.arguments)
-                        source = call.arguments.get("source") if isinstance(call.arguments, dict) else None
-                        if isinstance(source, str) and source.strip():
-                            submitted = source
-                            if passed(call.name, result):
-                                verified = source
-                    self._record(ctx, "tool_call", id=call.id, name=call.name,
-                                 arguments=call.arguments, result=result, content=text,
-                                 is_error=is_error)
-                    results.append(ToolResult(call.id, call.name, text, is_error))
-                messages.append(Message("user", tool_results=tuple(results)))
-                continue
-            sources = extract_sources(turn.text)
-            if sources or verified or reasked or turn_no == b.max_turns:
-                break       # an answer that points at its tool-verified kernel is an answer
-            reasked = True
-            ask = TRUNCATED_REASK if turn.stop_reason in ("max_tokens", "length") else NO_CODE_REASK
-            self._record(ctx, "no_code", stop_reason=turn.stop_reason, action="asked again")
-            messages.append(Message("user", ask))
-
-        origin = "answer"
-        if not sources and (verified or submitted):
-            sources, origin = [verified or submitted], ("tool-verified" if verified else "tool-submitted")
+        sources, origin, text = self._converse(ctx, system, user, specs, tools)
         if not sources:
             self._record(ctx, "no_code", action="reported to the next round")
             self._notes.setdefault(region, []).append(NO_CODE_NOTE)
@@ -400,17 +356,70 @@ class LLMProvider(Provider):
             candidates.append(Candidate(
                 id=f"{self.name}-r{request.round}-{k}-{digest}", provider=self.name,
                 source=source, config={"model": self.model, "origin": origin},
-                notes=_prose(final_text)))
+                notes=_prose(text)))
         self._record(ctx, "candidates", ids=[c.id for c in candidates], origin=origin,
                      usage=self.meter.as_dict())
         return candidates
+
+    def _converse(self, ctx: dict, system: list[SystemPart], user: str,
+                  specs: list[ToolSpec], tools: Any) -> tuple[list[str], str, str]:
+        """One round's conversation: tool round trips until an answer with code, asking once
+        more when an answer has none. Returns (sources, origin, the last answer's text)."""
+        b = self.budget
+        messages = [Message("user", user)]
+        text = ""
+        submitted: str | None = None      # the last source the agent sent to a tool
+        verified: str | None = None       # the last source a tool reported as verified
+        tool_calls = 0
+        reasked = False
+        for turn_no in range(1, b.max_turns + 1):
+            try:
+                turn = self._call(ctx, system, messages, specs)
+            except BudgetExhausted:
+                if verified or submitted:
+                    break                 # keep what the conversation produced so far
+                raise
+            messages.append(Message("assistant", turn.text, turn.tool_calls))
+            text = turn.text
+            if turn.tool_calls:
+                results = []
+                for call in turn.tool_calls:
+                    if tool_calls >= b.max_tool_calls:
+                        content, is_error, result = TOOL_BUDGET_SPENT, True, None
+                    else:
+                        tool_calls += 1
+                        content, is_error, result = run_tool(tools, call.name, call.arguments)
+                        source = call.arguments.get("source")
+                        if isinstance(source, str) and source.strip():
+                            submitted = source
+                            verified = source if passed(call.name, result) else verified
+                    self._record(ctx, "tool_call", id=call.id, name=call.name,
+                                 arguments=call.arguments, result=result, content=content,
+                                 is_error=is_error)
+                    results.append(ToolResult(call.id, call.name, content, is_error))
+                messages.append(Message("user", tool_results=tuple(results)))
+                continue
+            sources = extract_sources(turn.text)
+            if sources:
+                return sources, "answer", text
+            if verified or reasked or turn_no == b.max_turns:
+                break      # an answer that points at its tool-verified kernel is an answer
+            reasked = True
+            truncated = turn.stop_reason in ("max_tokens", "length")
+            self._record(ctx, "no_code", stop_reason=turn.stop_reason, action="asked again")
+            messages.append(Message("user", TRUNCATED_REASK if truncated else NO_CODE_REASK))
+        if verified:
+            return [verified], "tool-verified", text
+        if submitted:
+            return [submitted], "tool-submitted", text
+        return [], "", text
 
     # --- the performance-analysis agent ----------------------------------------------------
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
         """Recommendations as lines for Feedback.recommendations; the structured analysis
         ({limiter, evidence, recommendations: [{change, expected_gain, rationale}]}) is kept in
         `last_analysis` and in the records."""
-        region = str(prompts._get(request.spec, "hash", "") or prompts._get(request.spec, "name", "region"))
+        region = _region(request)
         ctx = {"agent": "analyze", "region": region, "round": request.round,
                "phase": request.phase}
         self.last_analysis = None
@@ -440,8 +449,12 @@ class LLMProvider(Provider):
                      for rec in analysis["recommendations"])
 
 
+def _region(request: GenerationRequest) -> str:
+    spec = request.spec
+    return str(prompts._get(spec, "hash", "") or prompts._get(spec, "name", "") or "region")
+
+
 def _parse_analysis(turn: Turn) -> dict | None:
-    import json
     data: Any = None
     for call in turn.tool_calls:
         if call.name == ANALYSIS_TOOL_NAME:
@@ -467,7 +480,6 @@ def _parse_analysis(turn: Turn) -> dict | None:
 
 def split_options(options: dict) -> dict:
     """Sort flat provider options into LLMProvider keyword arguments (budget, retry, rest)."""
-    from dataclasses import fields
     budget_keys = {f.name for f in fields(Budget)}
     retry_keys = {f.name for f in fields(RetryPolicy)}
     budget = {k: options[k] for k in options if k in budget_keys}
@@ -478,3 +490,13 @@ def split_options(options: dict) -> dict:
         if key in rest:
             kwargs[key] = rest.pop(key)
     return {"provider": kwargs, "backend": rest}
+
+
+def unknown_options(provider: str, unknown: dict, backend_keys: tuple[str, ...]) -> ProviderError:
+    """The error for options nobody takes, listing the ones that exist."""
+    known = sorted(set(backend_keys) | {f.name for f in fields(Budget)}
+                   | {f.name for f in fields(RetryPolicy)}
+                   | {"prices", "use_tools", "tools", "on_record", "sleep"})
+    return ProviderError(f"{provider}: unknown option(s) {', '.join(sorted(unknown))}; the "
+                         f"options are {', '.join(known)}")
+

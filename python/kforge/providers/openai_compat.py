@@ -19,7 +19,8 @@ from urllib.parse import urlparse
 from kforge.agents.budget import FREE, TokenUsage
 from kforge.providers.base import ProviderError
 from kforge.providers.llm import (ChatBackend, LLMProvider, Message, SystemPart, ToolCall,
-                                  ToolSpec, Turn, classify_sdk_error, split_options)
+                                  ToolSpec, Turn, classify_sdk_error, split_options,
+                                  unknown_options)
 
 DEFAULT_MODEL = "gpt-5"
 OPENAI_HOST = "api.openai.com"
@@ -32,7 +33,8 @@ class OpenAIBackend(ChatBackend):
                  base_url: str | None = None, token_limit_field: str | None = None,
                  **unknown: Any) -> None:
         if unknown:
-            raise ProviderError(f"openai: unknown option(s) {', '.join(sorted(unknown))}")
+            raise unknown_options("openai", unknown,
+                                  ("model", "api_key", "base_url", "token_limit_field"))
         try:
             import openai
         except ImportError as exc:

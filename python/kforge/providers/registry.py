@@ -46,8 +46,12 @@ def get_provider(name: str, **options: Any) -> Provider:
     if key in LLM_PROVIDERS:
         options = {**env_options(), **options}
     module_name, class_name = PROVIDERS[key]
-    module = importlib.import_module(module_name)
-    return getattr(module, class_name)(**options)
+    provider_class = getattr(importlib.import_module(module_name), class_name)
+    try:
+        return provider_class(**options)
+    except TypeError as exc:      # an option the provider does not take
+        raise ProviderError(f"provider {key} does not take the option(s) "
+                            f"{', '.join(sorted(options))}: {exc}") from exc
 
 
 def env_options() -> dict[str, Any]:

@@ -27,7 +27,8 @@ class CpuTarget(Target):
     extra_math = _FORMULAS
 
     def dot_input_precisions(self, policy: str):
-        return {"strict": ("ieee",), "tf32": ("ieee",), "bf16": (None,)}[policy]
+        # the interpreter multiplies fp32 exactly; 3xtf32 is offered so that its code is tested
+        return {"strict": ("ieee", "3xtf32"), "tf32": ("ieee",), "bf16": (None,)}[policy]
 
     def configs(self, kind: str, problem: dict) -> list[dict]:
         if kind == "gemm":

@@ -18,7 +18,7 @@ class XpuTarget(Target):
     extra_math = _LIBDEVICE
 
     def dot_input_precisions(self, policy: str):
-        return {"strict": ("tf32x3", "ieee"), "tf32": ("tf32",), "bf16": (None,)}[policy]
+        return {"strict": ("3xtf32", "tf32x3"), "tf32": ("tf32",), "bf16": (None,)}[policy]
 
     def time_ms(self, fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> float:
         import triton.testing
@@ -32,10 +32,10 @@ class XpuTarget(Target):
         # Intel's backend prefers large tiles with 32 warps (DPAS, 2D block loads; its
         # tutorials use 256x256x32, grf_mode large)
         if kind == "gemm":
-            if problem.get("full_rows"):
+            if problem.get("full_rows") and pow2_at_least(problem["N"]) <= 256:
                 bn = max(16, pow2_at_least(problem["N"]))
                 return [{"BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": 32, "GROUP_M": 4,
-                         "SPLIT_K": 1, "num_warps": 8, "num_stages": 2}] if bn <= 256 else []
+                         "SPLIT_K": 1, "num_warps": 8, "num_stages": 2}]
             return [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 4, "SPLIT_K": 1,
                      "num_warps": w, "num_stages": s}
                     for bm, bn, bk, w, s in ((256, 256, 32, 32, 2), (128, 256, 32, 32, 2),

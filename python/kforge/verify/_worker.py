@@ -113,6 +113,22 @@ def _install_guards(torch, device: str):
                 _state["in_kernel"] -= 1
         cls.run = counted
 
+    # Triton's own host code (autotuning benchmarks, heuristics) runs torch ops: not the launcher's
+    try:
+        import triton.runtime.autotuner as autotuner
+        for cls in (autotuner.Autotuner, autotuner.Heuristics):
+            original = cls.run
+
+            def inside(self, *args, __original=original, **kwargs):
+                _state["in_kernel"] += 1
+                try:
+                    return __original(self, *args, **kwargs)
+                finally:
+                    _state["in_kernel"] -= 1
+            cls.run = inside
+    except (ImportError, AttributeError):
+        pass
+
     class ComputeWatch(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if _state["watching"] and not _state["in_kernel"]:

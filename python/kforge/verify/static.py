@@ -32,7 +32,7 @@ PROCESS_MODULES = ("os", "sys", "subprocess", "multiprocessing", "ctypes", "sign
 ALLOWED_TORCH_CALLS = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "full", "full_like",
     "device", "dtype", "Size", "is_tensor", "is_floating_point", "finfo", "iinfo",
-    "promote_types", "result_type", "get_default_dtype",
+    "promote_types", "result_type", "get_default_dtype", "no_grad", "inference_mode",
 }
 ALLOWED_TORCH_CUDA_CALLS = {"device", "current_device", "get_device_capability",
                             "get_device_properties", "is_available", "device_count"}

@@ -163,6 +163,9 @@ class Emitter:
         self.math_used = False
         self.root: Scope | None = None
         self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
+        self.ops_used: dict[str, None] = {}     # names of the ops this kernel computes, in order
+        self.planes: set[str] = set()           # arguments stored as hi/lo planes
+        self.plane = 0                          # the plane being read
 
     # -- helpers --------------------------------------------------------------------------------
     def fresh(self, stem: str = "x") -> str:
@@ -191,7 +194,7 @@ class Emitter:
 
     # -- values -----------------------------------------------------------------------------------
     def value(self, name: str, index: tuple, scope: Scope) -> Val:
-        key = ("value", name, index)
+        key = ("value", name, index, self.plane)
         hit = scope.lookup(key)
         if hit is not None:
             return hit
@@ -235,6 +238,8 @@ class Emitter:
         loads = []
         splits = self.split_sums.get(name, 1)
         plane = math.prod(t.shape)
+        if name in self.planes:      # a weight stored as [hi, lo] planes by prepare_weights
+            offset = ix.add(offset, ix.const(self.plane * plane))
         for s in range(splits):     # split-K partial products are summed on the way in
             off = ix.add(offset, ix.const(s * plane))
             addr = f"{ptr} + {ix.render(off)}" if off != ix.ZERO else ptr
@@ -258,6 +263,7 @@ class Emitter:
                 if sizes[d] != 1:
                     raise CannotGenerate(f"{op.name}: parallel d{d} does not reach the output")
                 p[d] = ix.ZERO
+        self.ops_used.setdefault(op.name, None)
         if op.reduction_dims:
             return self.reduction(op, j, p, index, sizes, scope)
         return self.body_value(op, p, op.body.yields[j], scope)
@@ -273,7 +279,7 @@ class Emitter:
             if not m.results and not self.spec.tensor(operand).shape:
                 return self.value(operand, (), scope)
             return self.value(operand, tuple(compose(r, p) for r in m.results), scope)
-        key = ("stmt", id(op), name, pkey)
+        key = ("stmt", id(op), name, pkey, self.plane)
         hit = scope.lookup(key)
         if hit is not None:
             return hit

@@ -6,9 +6,25 @@ unravel(flat, shape) folds back to `flat`, and reshapes cost nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Union
+
+# Value ranges [lo, hi) of the kernel variables on in-bounds lanes, for simplification:
+# (rows * 64 + cols) // 64 is rows when cols < 64. Masked lanes may compute other indices;
+# their loads and stores are masked, so only in-bounds lanes must be exact.
+_RANGES: ContextVar[dict] = ContextVar("index_ranges", default={})
+
+
+@contextlib.contextmanager
+def ranges(table: dict[str, tuple[int, int]]):
+    token = _RANGES.set(dict(table))
+    try:
+        yield
+    finally:
+        _RANGES.reset(token)
 
 
 @dataclass(frozen=True)
@@ -67,11 +83,80 @@ def mul(a: Index, b: Index) -> Index:
     return IBin("mul", a, b)
 
 
+def bounds(e: Index) -> tuple[int, int] | None:
+    """[lo, hi) of e on in-bounds lanes, when known."""
+    if isinstance(e, IConst):
+        return e.value, e.value + 1
+    if isinstance(e, IVar):
+        return _RANGES.get().get(e.name)
+    if isinstance(e, IUnravel):
+        return 0, e.shape[e.k]
+    a, b = bounds(e.lhs), bounds(e.rhs)
+    if a is None or b is None:
+        return None
+    if e.op == "add":
+        return a[0] + b[0], a[1] + b[1] - 1
+    if e.op == "mul" and isinstance(e.rhs, IConst) and e.rhs.value >= 0:
+        c = e.rhs.value
+        return a[0] * c, (a[1] - 1) * c + 1
+    if e.op == "floordiv" and isinstance(e.rhs, IConst) and e.rhs.value > 0:
+        c = e.rhs.value
+        return a[0] // c, (a[1] - 1) // c + 1
+    if e.op == "mod" and isinstance(e.rhs, IConst) and e.rhs.value > 0 and a[0] >= 0:
+        return 0, min(e.rhs.value, a[1])
+    return None
+
+
+def _terms(e: Index) -> list[Index]:
+    if isinstance(e, IBin) and e.op == "add":
+        return _terms(e.lhs) + _terms(e.rhs)
+    return [e]
+
+
+def _coefficient(t: Index) -> int:
+    if isinstance(t, IConst):
+        return t.value
+    if isinstance(t, IBin) and t.op == "mul" and isinstance(t.rhs, IConst):
+        return t.rhs.value
+    return 1
+
+
+def _divide_term(t: Index, c: int) -> Index:
+    if isinstance(t, IConst):
+        return IConst(t.value // c)
+    return mul(t.lhs, IConst(t.rhs.value // c))
+
+
+def _sum(terms) -> Index:
+    total: Index = ZERO
+    for t in terms:
+        total = add(total, t)
+    return total
+
+
+def _split_multiples(a: Index, c: int):
+    """a = c * high + rest, high from the terms whose coefficient c divides."""
+    terms = _terms(a)
+    high = [_divide_term(t, c) for t in terms if _coefficient(t) % c == 0]
+    rest = [t for t in terms if _coefficient(t) % c != 0]
+    return _sum(high), _sum(rest), bool(high)
+
+
 def floordiv(a: Index, b: Index) -> Index:
     if isinstance(a, IConst) and isinstance(b, IConst):
         return IConst(a.value // b.value)
     if b == IConst(1):
         return a
+    if isinstance(b, IConst) and b.value > 0:
+        c = b.value
+        if isinstance(a, IBin) and a.op == "floordiv" and isinstance(a.rhs, IConst):
+            return floordiv(a.lhs, IConst(a.rhs.value * c))
+        high, rest, split = _split_multiples(a, c)
+        r = bounds(rest)
+        if r is not None and r[0] >= 0 and r[1] <= c:
+            return high
+        if split and r is not None and r[0] >= 0:
+            return add(high, IBin("floordiv", rest, b))
     return IBin("floordiv", a, b)
 
 
@@ -80,6 +165,14 @@ def mod(a: Index, b: Index) -> Index:
         return IConst(a.value % b.value)
     if b == IConst(1):
         return ZERO
+    if isinstance(b, IConst) and b.value > 0:
+        c = b.value
+        _, rest, split = _split_multiples(a, c)
+        r = bounds(rest)
+        if r is not None and r[0] >= 0 and r[1] <= c:
+            return rest
+        if split and r is not None and r[0] >= 0:
+            return IBin("mod", rest, b)
     return IBin("mod", a, b)
 
 
@@ -99,9 +192,23 @@ def unravel(flat: Index, shape) -> tuple[Index, ...]:
             out.append(flat)
             k += 1
         else:
-            out.append(IUnravel(flat, norm, k))
+            out.append(_unravel_component(flat, norm, k))
             k += 1
     return tuple(out)
+
+
+def _unravel_component(flat: Index, shape: tuple[int, ...], k: int) -> Index:
+    """IUnravel(flat, shape, k), or a simpler equal expression when the ranges show one."""
+    if not isinstance(flat, (IVar, IUnravel)):
+        stride = math.prod(shape[k + 1:])
+        e = floordiv(flat, IConst(stride))
+        if k:
+            e = mod(e, IConst(shape[k]))
+        simplified = not any(isinstance(x, IBin) and x.op in ("floordiv", "mod") and
+                             x.lhs == flat for x in (e, getattr(e, "lhs", None)))
+        if simplified:
+            return e
+    return IUnravel(flat, shape, k)
 
 
 def ravel(index, shape) -> Index:

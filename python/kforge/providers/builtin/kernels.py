@@ -44,13 +44,24 @@ class Contraction:
 
 @dataclass
 class RegionShape:
-    """What the generator needs to know about a region before choosing kernels."""
+    """One stage of a region: the ops one kernel (or a GEMM and its rows kernel) computes.
+
+    A region is cut into stages at its boundary ops, in program order: a contraction starts a
+    stage, and so does a reduction of another shape than the current stage's. Everything
+    elementwise is recomputed (inlined) wherever it is needed; only boundary results that a
+    later stage reads are materialized (`materialize`)."""
     kind: str                                    # elementwise | rows | gemm
-    outputs: list[str]                           # computed results (not plain arguments)
+    outputs: list[str]                           # region results this stage stores
     contraction: Contraction | None = None
     reductions: list[GenericOp] = field(default_factory=list)
-    rows: int = 0                                # rows kind: rows x cols per reduction
+    rows: int = 0                                # reductions: rows x cols each
     cols: int = 0
+    materialize: list[str] = field(default_factory=list)
+    stages: list["RegionShape"] = field(default_factory=list)   # on the first stage: all
+
+    @property
+    def stores(self) -> list[str]:
+        return list(dict.fromkeys(self.outputs + self.materialize))
 
 
 def _needed_ops(spec: KernelSpec):
@@ -91,35 +102,67 @@ def _contraction(spec: KernelSpec, op: GenericOp) -> Contraction | None:
 
 
 def analyze_region(spec: KernelSpec) -> RegionShape:
-    """Classify the region; raises CannotGenerate when no template fits."""
+    """Cut the region into stages (see RegionShape); returns the first, with `.stages` all of
+    them. Raises CannotGenerate when no template fits."""
     ops = _needed_ops(spec)
-    outputs = [r for r in dict.fromkeys(spec.results) if spec.producer(r) is not None]
-    for r in outputs:
+    results = [r for r in dict.fromkeys(spec.results) if spec.producer(r) is not None]
+    for r in results:
         if any(s is None for s in spec.tensor(r).shape):
             raise CannotGenerate(f"{r} has a dynamic shape")
-    contractions, reductions = [], []
+    stages = [RegionShape("elementwise", [])]
+    stage_of: dict[str, int] = {}
+    boundary: set[str] = set()
     for op in ops:
+        cur = stages[-1]
         if isinstance(op, GenericOp) and op.reduction_dims:
             con = _contraction(spec, op)
             if con is not None and spec.tensor(op.results[0]).dtype.startswith(("f", "b")):
-                contractions.append(con)
+                if cur.contraction is not None or cur.reductions:
+                    cur = RegionShape("gemm", [])
+                    stages.append(cur)
+                cur.kind, cur.contraction = "gemm", con
             else:
-                reductions.append(op)
-    if len(contractions) > 1:
-        raise CannotGenerate("more than one contraction in the region")
-    rows = cols = 0
-    for op in reductions:
-        sizes = domain_sizes(spec, op)
-        r = math.prod(sizes[d] for d in op.parallel_dims)
-        c = math.prod(sizes[d] for d in op.reduction_dims)
-        if (rows, cols) not in ((0, 0), (r, c)):
-            raise CannotGenerate("reductions of different shapes in one region")
-        rows, cols = r, c
-    if contractions:
-        return RegionShape("gemm", outputs, contractions[0], reductions, rows, cols)
-    if reductions:
-        return RegionShape("rows", outputs, None, reductions, rows, cols)
-    return RegionShape("elementwise", outputs)
+                sizes = domain_sizes(spec, op)
+                r = math.prod(sizes[d] for d in op.parallel_dims)
+                c = math.prod(sizes[d] for d in op.reduction_dims)
+                if cur.reductions and (cur.rows, cur.cols) != (r, c):
+                    cur = RegionShape("rows", [])
+                    stages.append(cur)
+                if not cur.reductions:
+                    cur.rows, cur.cols = r, c
+                if cur.kind == "elementwise":
+                    cur.kind = "rows"
+                cur.reductions.append(op)
+            boundary.update(op.results)
+        for res in op.results:
+            stage_of[res] = len(stages) - 1
+    for r in results:
+        stages[stage_of[r]].outputs.append(r)
+    # what each stage reads from earlier ones: walk back from its stores through everything
+    # it recomputes, stopping at earlier boundary results (those are materialized)
+    for j in reversed(range(len(stages))):
+        seen: set[str] = set()
+        todo = list(stages[j].stores)
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            op = spec.producer(v)
+            if op is None:
+                continue
+            i = stage_of.get(v, j)
+            if v in boundary and i < j:
+                if v not in stages[i].materialize:
+                    stages[i].materialize.append(v)
+                continue
+            todo.extend(op.operands)
+    stages = [st for st in stages if st.stores]
+    if not stages:
+        raise CannotGenerate("the region computes nothing")
+    first = stages[0]
+    first.stages = stages
+    return first
 
 
 def problem_of(spec: KernelSpec, shape: RegionShape) -> dict:
@@ -133,7 +176,7 @@ def problem_of(spec: KernelSpec, shape: RegionShape) -> dict:
                 "rows": shape.rows, "cols": shape.cols}
     if shape.kind == "rows":
         return {"rows": shape.rows, "cols": shape.cols}
-    return {"numel": max(math.prod(spec.tensor(o).shape) for o in shape.outputs)}
+    return {"numel": max(math.prod(spec.tensor(o).shape) for o in shape.stores)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,6 +220,7 @@ class _Builder:
         self.temporaries: dict[str, str] = {}       # value -> allocation expression
         self.split_sums: dict[str, int] = {}
         self.dot_loads: dict[str, set] = {}
+        self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes
         self.math_used = False
 
     def pointers(self, extra: dict | None = None) -> dict[str, str]:
@@ -217,13 +261,19 @@ class _Builder:
         scope.emit(f"tl.store({addr}, {val.code}" + (f", mask={mask})" if mask else ")"))
 
 
-def _ops_comment(spec: KernelSpec) -> str:
-    names = [op.name for op in spec.ops if isinstance(op, GenericOp)
-             and op.name != "linalg.fill"]
-    return ", ".join(dict.fromkeys(names))
+def _ops_comment(spec: KernelSpec, em: Emitter | None = None) -> str:
+    names = list(em.ops_used) if em is not None else [
+        op.name for op in spec.ops if isinstance(op, GenericOp)]
+    return ", ".join(n for n in dict.fromkeys(names) if n != "linalg.fill") or "copy"
 
 
 def build_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) -> None:
+    numel = math.prod(b.spec.tensor(outputs[0]).shape)
+    with ix.ranges({"offs": (0, numel)}):
+        _emit_elementwise(b, outputs, config, name)
+
+
+def _emit_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) -> None:
     spec = b.spec
     numel = math.prod(spec.tensor(outputs[0]).shape)
     BLOCK = config["BLOCK"]
@@ -244,18 +294,35 @@ def build_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) 
         b.store(root, em, o, f"{o}_out", index, val)
     b.finish(em, name, outputs, {"BLOCK": BLOCK}, root.lines,
              f"(triton.cdiv({numel}, {BLOCK}),)", config["num_warps"],
-             comment=f"elementwise over {numel} elements: {_ops_comment(spec)}")
+             comment=f"elementwise over {numel} elements: {_ops_comment(spec, em)}")
 
 
-def _row_split(shape, rows: int, cols: int):
-    """Index of the first column dim when shape = [row dims..., column dims...]."""
-    for j in range(len(shape) + 1):
-        if math.prod(shape[:j]) == rows and math.prod(shape[j:]) == cols:
-            return j
+def _row_index(shape, rows: int, cols: int):
+    """The index of a [rows x cols]-shaped tensor element at (rows, cols): shape is
+    [row dims..., one dim split as q row groups x r columns, column dims...], e.g. [M, N] seen
+    as M*G rows of N/G columns for a group norm. None when the shape does not split so."""
+    R, C = ix.IVar("rows"), ix.IVar("cols")
+    for j in range(len(shape)):
+        outer = math.prod(shape[:j])
+        if rows % outer:
+            continue
+        q = rows // outer
+        if shape[j] % q or (shape[j] // q) * math.prod(shape[j + 1:]) != cols:
+            continue
+        r = shape[j] // q
+        inner = ix.unravel(C, (r,) + tuple(shape[j + 1:]))
+        mid = ix.add(ix.mul(ix.mod(R, ix.const(q)), ix.const(r)), inner[0])
+        return ix.unravel(ix.floordiv(R, ix.const(q)), shape[:j]) + (mid,) + inner[1:]
     return None
 
 
 def build_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: dict,
+               name: str) -> None:
+    with ix.ranges({"rows": (0, rows), "cols": (0, cols)}):
+        _emit_rows(b, outputs, rows, cols, config, name)
+
+
+def _emit_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: dict,
                name: str) -> None:
     spec = b.spec
     BR, BC = config["BLOCK_R"], config["BLOCK_C"]
@@ -279,7 +346,7 @@ def build_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: di
     for o in outputs:
         shape = spec.tensor(o).shape
         numel = math.prod(shape)
-        if numel == rows * cols and _row_split(shape, rows, cols) is not None:
+        if numel == rows * cols and _row_index(shape, rows, cols) is not None:
             wide.append(o)
         elif numel == rows:
             narrow.append(o)
@@ -297,9 +364,7 @@ def build_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: di
         scope.emit("cols = c0 + tl.arange(0, BLOCK_C)[None, :]")
         scope.emit(f"col_mask = cols < {cols}")
     for o in wide:
-        shape = spec.tensor(o).shape
-        j = _row_split(shape, rows, cols)
-        index = ix.unravel(ix.IVar("rows"), shape[:j]) + ix.unravel(ix.IVar("cols"), shape[j:])
+        index = _row_index(spec.tensor(o).shape, rows, cols)
         val = em.value(o, index, scope)
         b.store(scope, em, o, f"{o}_out", index, val)
     if scope is not root:
@@ -307,10 +372,20 @@ def build_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: di
     how = "looped over column blocks" if looped else "one block per row"
     b.finish(em, name, outputs, {"BLOCK_R": BR, "BLOCK_C": BC}, root.lines,
              f"(triton.cdiv({rows}, {BR}),)", config["num_warps"],
-             comment=f"{rows} rows of {cols}, {how}: {_ops_comment(spec)}")
+             comment=f"{rows} rows of {cols}, {how}: {_ops_comment(spec, em)}")
 
 
 def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
+               fuse_rows: bool, split_k: int = 1) -> None:
+    c = shape.contraction
+    M, N, K = c.extent(c.m), c.extent(c.n), c.extent(c.k)
+    table = {"rm": (0, M), "rm_a": (0, M), "rn": (0, N), "rn_b": (0, N), "ka": (0, K),
+             "kb": (0, K), "batch": (0, c.extent(c.batch))}
+    with ix.ranges(table):
+        _emit_gemm(b, shape, outputs, config, name, fuse_rows, split_k)
+
+
+def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
                fuse_rows: bool, split_k: int = 1) -> None:
     spec, target, con = b.spec, b.target, shape.contraction
     op = con.op
@@ -348,8 +423,22 @@ def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     for dims, var in ((con.batch, bvar), (con.m, mvar), (con.n, nvar)):
         for d, i in zip(dims, ix.unravel(var, [con.sizes[d] for d in dims])):
             p_out[d] = i
-    p_a = {d: p_out[d] for d in con.batch + con.m}
-    p_b = {d: p_out[d] for d in con.batch + con.n}
+    # operand rows/columns past the edge wrap around (rm % M): loads need no M/N mask, only
+    # the stores are masked
+    row_a, col_b = mvar, nvar
+    if M % BM:
+        root.emit(f"rm_a = rm % {M}")
+        kvars["rm_a"] = KVar("rm_a", None)
+        row_a = ix.IVar("rm_a")
+    if N % BN:
+        root.emit(f"rn_b = rn % {N}")
+        kvars["rn_b"] = KVar("rn_b", None)
+        col_b = ix.IVar("rn_b")
+    root.binds |= {"rm_a", "rn_b"}
+    p_a = {d: p_out[d] for d in con.batch}
+    p_b = {d: p_out[d] for d in con.batch}
+    p_a.update(zip(con.m, ix.unravel(row_a, [con.sizes[d] for d in con.m])))
+    p_b.update(zip(con.n, ix.unravel(col_b, [con.sizes[d] for d in con.n])))
     ksizes = [con.sizes[d] for d in con.k]
     for d, i in zip(con.k, ix.unravel(ix.IVar("ka"), ksizes)):
         p_a[d] = i
@@ -365,14 +454,50 @@ def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     loop.emit("ka = k0 + tl.arange(0, BLOCK_K)[None, :]")
     loop.emit("kb = k0 + tl.arange(0, BLOCK_K)[:, None]")
     body = op.body
+    impl = config.get("input_precision")
+    b_weight = _weight_source(spec, op.operands[con.b])
     em.dot_context = True
     a = em.body_value(op, p_a, body.args[con.a], loop)
+    split_b = impl == "3xtf32" and b_weight is not None and a.dtype == "f32"
+    if split_b:
+        em.planes.add(b_weight)
     bb = em.body_value(op, p_b, body.args[con.b], loop)
+    a_code = _dot_operand(a, (row_a.name, "ka"), "[BLOCK_M, BLOCK_K]", kvars["ka"].mask)
+    b_code = _dot_operand(bb, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]", kvars["kb"].mask)
+    if split_b:
+        em.plane = 1
+        b_lo = em.body_value(op, p_b, body.args[con.b], loop)
+        em.plane = 0
+        b.split_weights.add(b_weight)
     em.dot_context = False
-    a_code = _dot_operand(a, ("rm", "ka"), "[BLOCK_M, BLOCK_K]", kvars["ka"].mask)
-    b_code = _dot_operand(bb, ("kb", "rn"), "[BLOCK_K, BLOCK_N]", kvars["kb"].mask)
     dtype = a.dtype
-    if b.precision == "bf16" and dtype in ("f32", "bf16", "f16"):
+    if impl == "3xtf32" and dtype == "f32":
+        # fp32-accurate on tf32 tensor cores: x = hi + lo with hi rounded to tf32; three
+        # products per K step accumulate into `part`, which is added to acc in exact fp32
+        # (chaining all of K inside the tensor core truncates: measured 5.9e-5 error at K=8192)
+        tf32_hi = "(({}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)"
+        if not a_code.isidentifier():
+            loop.emit(f"a = {a_code}")
+            a_code = "a"
+        loop.emit(f"a_hi = {tf32_hi.format(a_code)}")
+        loop.emit(f"a_lo = {a_code} - a_hi")
+        if split_b:
+            loop.emit(f"b_hi = {b_code}")
+            b_lo_code = _dot_operand(b_lo, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]",
+                                     kvars["kb"].mask)
+            loop.emit(f"b_lo = {b_lo_code}")
+        else:
+            if not b_code.isidentifier():
+                loop.emit(f"b = {b_code}")
+                b_code = "b"
+            loop.emit(f"b_hi = {tf32_hi.format(b_code)}")
+            loop.emit(f"b_lo = {b_code} - b_hi")
+        loop.emit('part = tl.dot(a_lo, b_hi, input_precision="tf32")')
+        loop.emit('part = tl.dot(a_hi, b_lo, part, input_precision="tf32")')
+        loop.emit('part = tl.dot(a_hi, b_hi, part, input_precision="tf32")')
+        dot = None
+        loop.emit(f"acc += part  # {op.name}")
+    elif b.precision == "bf16" and dtype in ("f32", "bf16", "f16"):
         a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
         if not target.bf16_dot_ok:      # the interpreter: bf16 values, fp32 products
             a_code, b_code = f"{a_code}.to(tl.float32)", f"{b_code}.to(tl.float32)"
@@ -383,7 +508,8 @@ def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
         dot = f"tl.dot({a_code}.to(tl.float32), {b_code}.to(tl.float32), acc)"
     else:
         dot = f"tl.dot({a_code}, {b_code}, acc)"
-    loop.emit(f"acc = {dot}  # {op.name}")
+    if dot is not None:
+        loop.emit(f"acc = {dot}  # {op.name}")
     loop.close()
     out_map = op.indexing_maps[op.num_inputs]
     tile_index = tuple(compose(r, p_out) for r in out_map.results)
@@ -413,7 +539,7 @@ def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
         init = em.value(op.inits[0], tile_index, root)
         acc_val = em.define(root, tile_deps | init.deps, f"{acc_val.code} + {init.code}",
                             vc_dtype, "the contraction's initial value")
-    root.cache[("value", vc, tile_index)] = acc_val
+    root.cache[("value", vc, tile_index, 0)] = acc_val
     root.emit(f"# epilogue on the accumulator tile")
     vc_shape = spec.tensor(vc).shape
     for o in outputs:
@@ -432,14 +558,39 @@ def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
              _gemm_grid(M, N, BM, BN, batch if con.batch else None, 1),
              config["num_warps"], config.get("num_stages"),
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
-             + f", epilogue fused: {_ops_comment(spec)}{fused}")
+             + f"; epilogue: {_ops_comment(spec, em)}{fused}")
+
+
+def _weight_source(spec: KernelSpec, name: str) -> str | None:
+    """The weight argument `name` only moves (reshape, transpose, broadcast copy), when that
+    argument is read nowhere else in the region: prepare_weights may then re-store it."""
+    seen = name
+    while True:
+        op = spec.producer(seen)
+        if op is None:
+            break
+        if isinstance(op, GenericOp) and not op.reduction_dims and op.num_inputs == 1 \
+                and op.body.yields[0] == op.body.args[0]:
+            seen = op.operands[0]
+        elif op.op == "reshape":
+            seen = op.operands[0]
+        else:
+            return None
+    arg = next((a for a in spec.args if a.name == seen), None)
+    if arg is None or not arg.weight or arg.dtype != "f32":
+        return None
+    if len(spec.users(seen)) != 1 or seen in spec.results:
+        return None
+    return seen
 
 
 def _dot_operand(v: Val, axes, tile: str, kmask: str | None) -> str:
+    """A full [rows, K] / [K, cols] tile, zero past K (a K-masked load already is)."""
     code = v.code
     if not all(a in v.deps for a in axes):
         code = f"tl.broadcast_to({code}, {tile})"
-    if kmask and not v.zero_masked:
+    kvar = axes[0] if axes[0] in ("ka", "kb") else axes[1]
+    if kmask and not (v.zero_masked and kvar in v.deps):
         code = f"tl.where({kmask}, {code}, 0.0)"
     return code
 
@@ -458,44 +609,71 @@ def _gemm_grid(M, N, BM, BN, batch, split_k) -> str:
 # ---------------------------------------------------------------------------------------------
 def generate_source(spec: KernelSpec, target, precision: str, config: dict,
                     shape: RegionShape | None = None) -> str:
-    """The Python source of one candidate (kernels, optional prepare_weights, launch)."""
+    """The Python source of one candidate (kernels, optional prepare_weights, launch).
+    `config` tunes the first stage; later stages take their kind's first configuration."""
     shape = shape or analyze_region(spec)
     b = _Builder(spec, target, precision)
-    stem = spec.name
-    outputs = shape.outputs
-    if shape.kind == "elementwise":
+    stages = shape.stages or [shape]
+    for i, stage in enumerate(stages):
+        cfg = config if i == 0 else _default_config(spec, target, precision, stage)
+        stem = spec.name if len(stages) == 1 else f"{spec.name}_{i}"
+        _build_stage(b, stage, cfg, stem)
+        for v in stage.materialize:
+            b.temporaries.setdefault(v, None)
+    return _assemble(b, shape, config)
+
+
+def _default_config(spec, target, precision: str, stage: RegionShape) -> dict:
+    problem = dict(problem_of(spec, stage), precision=precision)
+    configs = [c for c in target.configs(stage.kind, problem)
+               if not (stage.reductions and c.get("SPLIT_K", 1) > 1)]
+    if not configs:
+        raise CannotGenerate(f"no {stage.kind} configuration for a later stage")
+    config = dict(configs[0])
+    if stage.kind == "gemm" and target.dot_input_precisions(precision)[0]:
+        config["input_precision"] = target.dot_input_precisions(precision)[0]
+    return config
+
+
+def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> None:
+    spec, target = b.spec, b.target
+    outputs = stage.stores
+    if stage.kind == "elementwise":
         groups: dict[int, list[str]] = {}
         for o in outputs:
             groups.setdefault(math.prod(spec.tensor(o).shape), []).append(o)
         for i, group in enumerate(groups.values()):
             suffix = "" if len(groups) == 1 else f"_{i}"
             build_elementwise(b, group, config, f"{stem}_elementwise{suffix}")
-    elif shape.kind == "rows":
-        build_rows(b, outputs, shape.rows, shape.cols, config, f"{stem}_rows")
+        return
+    if stage.kind == "rows":
+        build_rows(b, outputs, stage.rows, stage.cols, config, f"{stem}_rows")
+        return
+    con = stage.contraction
+    vc = con.op.results[0]
+    vc_numel = math.prod(spec.tensor(vc).shape)
+    split_k = config.get("SPLIT_K", 1)
+    if stage.reductions and split_k > 1:
+        raise CannotGenerate("split-K with row reductions is not generated")
+    fuse = (bool(stage.reductions) and config["BLOCK_N"] >= con.extent(con.n)
+            and stage.cols == con.extent(con.n)
+            and all(math.prod(spec.tensor(o).shape) == vc_numel for o in outputs))
+    if split_k > 1:
+        ws_shape = (split_k,) + tuple(spec.tensor(vc).shape)
+        b.temporaries[vc] = (f"torch.empty({ws_shape!r}, device=device, "
+                             "dtype=torch.float32)  # split-K partial products")
+        build_gemm(b, stage, [], config, f"{stem}_gemm_partial", False, split_k)
+        b.split_sums[vc] = split_k
+        build_elementwise(b, outputs, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
+                          f"{stem}_epilogue")
+    elif stage.reductions and not fuse:
+        build_gemm(b, stage, [vc], config, f"{stem}_gemm", False)
+        b.temporaries[vc] = None            # the product, read back by the rows kernel
+        rows_config = config.get("rows") or target.configs(
+            "rows", {"rows": stage.rows, "cols": stage.cols})[0]
+        build_rows(b, outputs, stage.rows, stage.cols, rows_config, f"{stem}_rows")
     else:
-        con = shape.contraction
-        vc = con.op.results[0]
-        split_k = config.get("SPLIT_K", 1)
-        if shape.reductions and split_k > 1:
-            raise CannotGenerate("split-K with row reductions is not generated")
-        fuse = bool(shape.reductions) and config["BLOCK_N"] >= con.extent(con.n)
-        if split_k > 1:
-            b.temporaries[vc] = (f"torch.empty(({split_k}, *{tuple(spec.tensor(vc).shape)}), "
-                                 f"device=device, dtype=torch.float32)")
-            build_gemm(b, shape, [], config, f"{stem}_gemm_partial", False, split_k)
-            b.split_sums[vc] = split_k
-            build_elementwise(b, outputs, config.get("epilogue", {"BLOCK": 1024,
-                                                                  "num_warps": 4}),
-                              f"{stem}_epilogue")
-        elif shape.reductions and not fuse:
-            build_gemm(b, shape, [vc], config, f"{stem}_gemm", False)
-            b.temporaries[vc] = None            # the product, read back by the rows kernel
-            rows_config = config.get("rows") or target.configs(
-                "rows", {"rows": shape.rows, "cols": shape.cols})[0]
-            build_rows(b, outputs, shape.rows, shape.cols, rows_config, f"{stem}_rows")
-        else:
-            build_gemm(b, shape, outputs, config, f"{stem}_gemm", fuse)
-    return _assemble(b, shape, config)
+        build_gemm(b, stage, outputs, config, f"{stem}_gemm", fuse)
 
 
 def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
@@ -503,7 +681,8 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
     args = [a.name for a in spec.args]
     lines = [f'"""KForge builtin kernel for region {spec.hash} ({spec.name}).',
              "",
-             f"Fused: {', '.join(spec.fused) or _ops_comment(spec)}. Kind: {shape.kind}. "
+             f"Fused: {', '.join(spec.fused) or _ops_comment(spec)}. "
+             f"Kind: {' + '.join(st.kind for st in (shape.stages or [shape]))}. "
              f"Precision: {b.precision}. Target: {target.name}.",
              f"Config: {config}",
              '"""',
@@ -520,22 +699,35 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
         for i, a in enumerate(spec.args):
             if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
                 prepared.append(i)
+    split = [i for i, a in enumerate(spec.args) if a.name in b.split_weights]
     if prepared:
         lines += ["", "def prepare_weights(weights):",
                   "    # weights read only as matrix operands are cast to bf16 once, at load",
                   f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else w)"
                   " for i, w in weights.items()}", ""]
+    elif split:
+        lines += ["", "def prepare_weights(weights):",
+                  "    # matrix weights stored once as [hi, lo] planes: hi rounded to tf32 "
+                  "(10 mantissa bits), lo = w - hi exactly",
+                  "    out = dict(weights)",
+                  f"    for i in {tuple(split)!r}:",
+                  "        w = weights[i].to(torch.float32).contiguous()",
+                  "        hi = ((w.view(torch.int32) + 0x1000) & -8192).view(torch.float32)",
+                  "        out[i] = torch.stack([hi, w - hi])",
+                  "    return out", ""]
     lines += ["", f"def launch({', '.join(args)}):"]
     lines.append(f"    for t in ({', '.join(args)}{',' if len(args) == 1 else ''}):")
     lines.append("        if not t.is_contiguous():")
     lines.append(f'            raise ValueError("{spec.name}: arguments must be contiguous")')
     lines.append(f"    device = {args[0]}.device" if args else "    device = 'cpu'")
     for v, alloc in b.temporaries.items():
+        if v in shape.outputs or any(v in st.outputs for st in shape.stages):
+            continue                          # a region result, allocated below
         t = spec.tensor(v)
         alloc = alloc or (f"torch.empty({tuple(t.shape)!r}, device=device, "
                           f"dtype={TORCH_DTYPES[t.dtype]})")
         lines.append(f"    {v} = {alloc}")
-    for o in shape.outputs:
+    for o in dict.fromkeys(o for st in (shape.stages or [shape]) for o in st.outputs):
         t = spec.tensor(o)
         lines.append(f"    {o} = torch.empty({tuple(t.shape)!r}, device=device, "
                      f"dtype={TORCH_DTYPES[t.dtype]})")

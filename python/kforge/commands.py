@@ -1,0 +1,245 @@
+"""`kforge compile`, `kforge synth`, `kforge run`, `kforge tune`.
+
+Imports stay inside the commands: `kforge run` must work where MLIR and torch-mlir are absent,
+and TRITON_INTERPRET must be set (for the cpu target) before triton is first imported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from kforge.errors import UserError
+
+TARGETS = ("cuda", "xpu", "cpu")
+PROVIDERS = ("builtin", "anthropic", "openai")
+PRECISIONS = ("strict", "tf32", "bf16")
+
+
+def _synth_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=TARGETS, default="cpu",
+                   help="device the kernels are for (cpu: the Triton interpreter)")
+    p.add_argument("--provider", choices=PROVIDERS, default="builtin",
+                   help="kernel writer (falls back to builtin if an LLM provider cannot work)")
+    p.add_argument("--provider-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="provider option, e.g. model=claude-sonnet-4-6 or base_url=...")
+    p.add_argument("--precision", choices=PRECISIONS, default="strict",
+                   help="precision policy (strict: fp32 results, atol=rtol=1e-4; tf32/bf16: "
+                        "1e-2)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="optimization rounds per region after a kernel verifies (default 2)")
+    p.add_argument("--functional-rounds", type=int, default=4,
+                   help="generate/verify rounds to reach a correct kernel (default 4)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="wall-time budget per region in seconds")
+    p.add_argument("--max-tokens", type=int, default=None, help="LLM token budget per region")
+    p.add_argument("--max-dollars", type=float, default=None,
+                   help="LLM spending budget per region")
+    p.add_argument("--candidates", type=int, default=1,
+                   help="candidates per round (where the provider offers several)")
+    p.add_argument("--cache-only", action="store_true",
+                   help="use only cached kernels; a region missing from the cache is an error "
+                        "(reproducible builds)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument("--refresh-cache", action="store_true",
+                   help="synthesize again and overwrite cached kernels")
+    p.add_argument("--cache-dir", default=None,
+                   help="kernel cache directory (default $KFORGE_CACHE or ~/.cache/kforge)")
+
+
+def _options(args):
+    from kforge.providers.registry import parse_option
+    from kforge.synth import SynthOptions
+    popts = dict(parse_option(o) for o in args.provider_option)
+    return SynthOptions(target=args.target, precision=args.precision, provider=args.provider,
+                        provider_options=popts, functional_rounds=args.functional_rounds,
+                        rounds=args.rounds, time_budget_s=args.time_budget,
+                        max_tokens=args.max_tokens, max_dollars=args.max_dollars,
+                        num_candidates=args.candidates)
+
+
+def _cache(args):
+    from kforge.cache import KernelCache
+    if sum([args.cache_only, args.no_cache, args.refresh_cache]) > 1:
+        raise UserError("--cache-only, --no-cache and --refresh-cache exclude each other")
+    mode = "only" if args.cache_only else "off" if args.no_cache else \
+        "refresh" if args.refresh_cache else "use"
+    return KernelCache(args.cache_dir, mode)
+
+
+def _prepare_triton(target: str) -> None:
+    if target == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_compile(args) -> int:
+    _prepare_triton(args.target)
+    from rich.console import Console
+
+    from kforge.package import RichProgress, compile_model, print_report
+    console = Console(stderr=True)
+    model = args.model
+    if not (Path(model).is_file() or ":" in model):
+        raise UserError(f"{model}: no such model file")
+    started = time.monotonic()
+    doc = compile_model(model, args.output, _options(args), cache=_cache(args),
+                        dynamic_batch=args.dynamic_batch, progress=RichProgress(console),
+                        on_stage=lambda s: console.print(f"[bold]{s}[/] …"))
+    print_report(doc)
+    print(f"package: {args.output} ({time.monotonic() - started:.1f} s); run it with "
+          f"`kforge run {args.output}`")
+    return 0
+
+
+def cmd_synth(args) -> int:
+    _prepare_triton(args.target)
+    from kforge.package import manifest_entry, read_manifest, write_manifest
+    from kforge.spec import load_spec
+    from kforge.synth import synthesize_region
+    spec_path = Path(args.region)
+    spec = load_spec(spec_path)
+    mlir = spec_path.with_suffix(".mlir")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    options = _options(args)
+    result = synthesize_region(spec, options, cache=_cache(args), log_dir=out / "regions",
+                               region_mlir=mlir.read_text() if mlir.is_file() else "",
+                               progress=lambda m: print(f"  {spec.hash}: {m}", file=sys.stderr))
+    manifest = read_manifest(out)
+    if result.candidate is not None and result.status in ("verified", "candidate"):
+        manifest["kernels"][spec.hash] = manifest_entry(out, result, options)
+        write_manifest(out, manifest)
+    print(json.dumps(result.to_json(), indent=2))
+    return 0 if result.status in ("verified", "candidate") else 1
+
+
+def cmd_run(args) -> int:
+    from kforge.package import open_package
+    package = open_package(args.package)
+    target = args.target or package.target
+    _prepare_triton(target)
+    import torch
+
+    from kforge.runtime import (eager_outputs, load_model_file, load_package, max_error,
+                                read_inputs)
+    from kforge.verify import get_policy
+    if args.inputs:
+        inputs = read_inputs(args.inputs)
+    else:
+        path = package.model_path()
+        if path is None:
+            raise UserError(f"{args.package}: no --inputs given and the package has no model "
+                            "source to take get_inputs() from")
+        _, inputs = load_model_file(path, with_model=False)
+    t = time.monotonic()
+    model = load_package(args.package, target=target, tune=not args.no_tune,
+                         use_kernels=not args.reference_only)
+    load_s = time.monotonic() - t
+    t = time.monotonic()
+    out = model(*inputs)
+    run_s = time.monotonic() - t
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    print(model.describe())
+    for i, o in enumerate(outs):
+        o = o.detach().float().cpu()
+        print(f"output {i}: shape {list(o.shape)} dtype {str(o.dtype)[6:]} "
+              f"mean {o.mean().item():.6g} std {o.std().item() if o.numel() > 1 else 0:.6g}")
+    print(f"load {load_s:.2f} s, run {run_s:.2f} s")
+    if args.output:
+        torch.save([o.detach().cpu() for o in outs], args.output)
+    if args.check:
+        ref = eager_outputs(model.package, inputs)
+        abs_err, rel_err = max_error(outs, ref)
+        policy = get_policy(model.package.precision)
+        refs = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+        ok = all(torch.allclose(o.detach().double().cpu(), r.detach().double().cpu(),
+                                atol=policy.atol * max(1.0, float(r.double().pow(2).mean()
+                                                                  .sqrt())),
+                                rtol=policy.rtol) for o, r in zip(outs, refs))
+        print(f"check against eager PyTorch: max abs err {abs_err:.3g}, max rel err "
+              f"{rel_err:.3g} ({policy.name}: {policy.tolerance_text()}): "
+              f"{'OK' if ok else 'MISMATCH'}")
+        return 0 if ok else 1
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from kforge.package import open_package
+    package = open_package(args.package)
+    _prepare_triton(package.target)
+    from kforge.runtime import tune_package
+    cache = None if args.no_cache else _cache_for_tune(args)
+    results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
+                           cache=cache, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    if not results:
+        print(f"{args.package}: nothing to verify or tune for {package.target}")
+    for h, status in results.items():
+        print(f"region {h}: {status}")
+    return 0 if all(s == "verified" for s in results.values()) else 1
+
+
+def _cache_for_tune(args):
+    from kforge.cache import KernelCache
+    return KernelCache(args.cache_dir, "refresh")
+
+
+# ---------------------------------------------------------------------------------------------
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compile", help="model -> package of verified Triton kernels",
+        description="Import a model, form fusion regions, synthesize and verify a kernel per "
+                    "region, link them, and write a self-contained package.")
+    p.add_argument("model", help="KernelBench-format model file (Model, get_inputs, "
+                                 "get_init_inputs) or pkg.module:Class")
+    p.add_argument("-o", "--output", required=True, metavar="PKG", help="package directory")
+    p.add_argument("--dynamic-batch", action="store_true",
+                   help="compile dimension 0 of the inputs as a dynamic size")
+    _synth_flags(p)
+    p.set_defaults(func=cmd_compile)
+
+    p = subparsers.add_parser(
+        "synth", help="synthesize a kernel for one region spec",
+        description="Run the synthesis loop on one exported region (<hash>.json; <hash>.mlir "
+                    "beside it is used for prompts).")
+    p.add_argument("region", help="kernel spec JSON (from kforge-opt --kforge-export-regions)")
+    p.add_argument("-o", "--output", default=".", metavar="DIR",
+                   help="where kernels/<hash>/kernel.py, manifest.json and logs go")
+    _synth_flags(p)
+    p.set_defaults(func=cmd_synth)
+
+    p = subparsers.add_parser(
+        "run", help="run a compiled package",
+        description="Execute a package's host plan: verified kernels through Triton, everything "
+                    "else through the reference. Needs only torch and triton.")
+    p.add_argument("package", metavar="PKG")
+    p.add_argument("--inputs", help="inputs file (torch.save'd list/dict, or .safetensors); "
+                                    "default: the model's get_inputs() with seed 0")
+    p.add_argument("--check", action="store_true",
+                   help="compare with eager PyTorch (the package's model.py) and print the max "
+                        "error; exit status 1 if outside the precision policy")
+    p.add_argument("--target", choices=TARGETS, default=None,
+                   help="run on another device than the package's target (only kernels "
+                        "verified for it are used)")
+    p.add_argument("--no-tune", action="store_true",
+                   help="do not verify candidate kernels first (they stay unused)")
+    p.add_argument("--reference-only", action="store_true",
+                   help="run every region by its reference (for comparisons)")
+    p.add_argument("--output", default=None, help="save the outputs (torch.save) here")
+    p.set_defaults(func=cmd_run)
+
+    p = subparsers.add_parser(
+        "tune", help="verify and tune a package's kernels on this machine's device",
+        description="Verify the candidate kernels of a package compiled where its target was "
+                    "absent, and with --rounds run optimization passes; results go into the "
+                    "package's manifest.")
+    p.add_argument("package", metavar="PKG")
+    p.add_argument("--rounds", type=int, default=0, help="optimization rounds per region")
+    p.add_argument("--provider", choices=PROVIDERS, default=None,
+                   help="provider for optimization rounds (default: the kernel's own)")
+    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--cache-dir", default=None)
+    p.set_defaults(func=cmd_tune)

@@ -1,0 +1,527 @@
+"""Compiled packages: what `kforge compile` writes and `kforge run` / `kforge.load` read.
+
+    PKG/
+      package.json          what was compiled, for which target and policy; model and weights
+      model.py              a copy of the model source (for `kforge run --check` and kforge.load)
+      model.mlir            the imported linalg IR;  model.safetensors: its weights
+      model.linked.mlir     regions replaced by custom calls of verified kernels (kforge-opt)
+      regions/              <hash>.json + <hash>.mlir per region, host_plan.json, outlined.mlir,
+                            <hash>/log.jsonl (every candidate and its verification)
+      kernels/<hash>/kernel.py   the chosen kernel of each region
+      manifest.json         per region: kernel, launch config, verification record, time
+      report.json, report.md
+
+Stages write their files as soon as they are done: a region's kernel and manifest entry are on
+disk the moment it is verified, so a killed compile resumes without redoing verified regions.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from kforge.cache import KernelCache, atomic_write_text
+from kforge.errors import UserError
+
+PACKAGE_SCHEMA = "kforge.package"
+MANIFEST_SCHEMA = "kforge.manifest"
+VERSION = 1
+MANIFEST = "manifest.json"
+META = "package.json"
+PLAN = "regions/host_plan.json"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifest
+# ---------------------------------------------------------------------------------------------
+def read_manifest(pkg: Path) -> dict:
+    path = Path(pkg) / MANIFEST
+    if not path.exists():
+        return {"schema": MANIFEST_SCHEMA, "version": VERSION, "kernels": {}}
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); delete it and compile again") from None
+    if doc.get("schema") != MANIFEST_SCHEMA or int(doc.get("version", 0)) > VERSION:
+        raise UserError(f"{path}: not a kforge manifest of version {VERSION}")
+    doc.setdefault("kernels", {})
+    return doc
+
+
+def write_manifest(pkg: Path, manifest: dict) -> None:
+    atomic_write_text(Path(pkg) / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def manifest_entry(pkg: Path, result, options) -> dict:
+    """Write kernels/<hash>/kernel.py and return the manifest entry for a synthesis result."""
+    rel = f"kernels/{result.hash}/kernel.py"
+    atomic_write_text(Path(pkg) / rel, result.candidate.source)
+    cfg = dict(result.candidate.config or {})
+    launch = {"config": cfg}
+    for k in ("grid", "num_warps", "num_stages"):
+        if k in cfg:
+            launch[k] = cfg[k]
+    return {
+        "symbol": f"kforge_kernel_{result.hash}_{options.target}",
+        "target": options.target, "provider": result.provider, "precision": options.precision,
+        "requested_provider": options.provider,
+        "source": rel, "sha256": hashlib.sha256(result.candidate.source.encode()).hexdigest(),
+        "launch": launch,
+        "verification": result.record.to_json() if result.record else {"status": "candidate"},
+        "status": result.status,
+        "time_ms": result.time_ms,
+        "rounds": result.rounds,
+        "notes": result.candidate.notes,
+    }
+
+
+def reusable_entry(pkg: Path, entry: dict | None, options) -> bool:
+    """A manifest entry from an earlier (maybe interrupted) compile that still answers."""
+    if not entry:
+        return False
+    if entry.get("target") != options.target or entry.get("precision") != options.precision:
+        return False
+    if entry.get("requested_provider", entry.get("provider")) != options.provider:
+        return False
+    status = entry.get("verification", {}).get("status")
+    if status not in ("verified", "candidate"):
+        return False
+    path = Path(pkg) / entry.get("source", "")
+    return path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == entry.get("sha256")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a package
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Package:
+    root: Path
+    meta: dict
+    plan: object                       # kforge.spec.HostPlan
+    specs: dict                        # hash -> KernelSpec
+    manifest: dict
+
+    @property
+    def target(self) -> str:
+        return self.meta.get("target", "cpu")
+
+    @property
+    def precision(self) -> str:
+        return self.meta.get("precision", "strict")
+
+    def weights_path(self) -> Path | None:
+        w = self.meta.get("weights") or {}
+        if not w.get("path"):
+            return None
+        p = Path(w["path"])
+        return p if p.is_absolute() else self.root / p
+
+    def model_path(self) -> Path | None:
+        m = self.meta.get("model") or {}
+        if m.get("copy") and (self.root / m["copy"]).is_file():
+            return self.root / m["copy"]
+        if m.get("origin") and Path(m["origin"]).is_file():
+            return Path(m["origin"])
+        return None
+
+    def region_hashes(self) -> list[str]:
+        seen = []
+        for step in self.plan.steps:
+            h = getattr(step, "call", None)
+            if h and h not in seen:
+                seen.append(h)
+        return seen
+
+
+def open_package(pkg: str | os.PathLike) -> Package:
+    """Reads a package directory (needs only torch: no MLIR)."""
+    from kforge.spec import load_host_plan, load_spec
+    root = Path(pkg)
+    meta_path = root / META
+    if not meta_path.is_file():
+        raise UserError(f"{root}: not a kforge package (no {META}); create one with "
+                        "`kforge compile MODEL.py -o PKG`")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("schema") != PACKAGE_SCHEMA or int(meta.get("version", 0)) > VERSION:
+        raise UserError(f"{meta_path}: not a kforge package of version {VERSION}")
+    plan_path = root / PLAN
+    if not plan_path.is_file():
+        raise UserError(f"{root}: the package has no host plan ({PLAN}); its compile did not "
+                        "finish the regions stage; run `kforge compile` again")
+    plan = load_host_plan(plan_path)
+    specs = {}
+    for step in plan.steps:
+        h = getattr(step, "call", None)
+        if h and h not in specs:
+            specs[h] = load_spec(root / "regions" / f"{h}.json")
+    return Package(root, meta, plan, specs, read_manifest(root))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a package
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class CompileReport:
+    package: Path
+    target: str
+    precision: str
+    provider: str
+    regions: list = field(default_factory=list)      # RegionResult.to_json() + spec facts
+    linked: bool = False
+    link_note: str = ""
+    elapsed_s: float = 0.0
+    stages: dict = field(default_factory=dict)       # stage -> seconds
+
+    def to_json(self) -> dict:
+        n_ver = sum(r["status"] == "verified" for r in self.regions)
+        return {"schema": "kforge.report", "version": VERSION, "package": str(self.package),
+                "target": self.target, "precision": self.precision, "provider": self.provider,
+                "linked": self.linked, "link_note": self.link_note,
+                "elapsed_s": round(self.elapsed_s, 3), "stages": self.stages,
+                "summary": {"regions": len(self.regions), "verified": n_ver,
+                            "candidate": sum(r["status"] == "candidate" for r in self.regions),
+                            "reference": sum(r["status"] == "reference" for r in self.regions),
+                            "from_cache": sum(bool(r.get("from_cache")) for r in self.regions),
+                            "resumed": sum(bool(r.get("resumed")) for r in self.regions)},
+                "regions": self.regions}
+
+
+def _region_row(spec, result_json: dict) -> dict:
+    ver = result_json.get("verification") or {}
+    return {**result_json, "root_kind": getattr(spec, "root_kind", ""),
+            "fused": list(getattr(spec, "fused", ()) or ()),
+            "max_abs_err": ver.get("max_abs_err"), "device": ver.get("device")}
+
+
+def write_meta(pkg: Path, **fields_) -> dict:
+    path = Path(pkg) / META
+    meta = json.loads(path.read_text()) if path.exists() else {
+        "schema": PACKAGE_SCHEMA, "version": VERSION, "created_at": _now()}
+    meta.update(fields_)
+    meta["updated_at"] = _now()
+    atomic_write_text(path, json.dumps(meta, indent=2, sort_keys=True))
+    return meta
+
+
+def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
+                       progress: "ProgressSink | None" = None,
+                       dynamic_size: int | None = None, provider=None) -> CompileReport:
+    """Synth (per region, resuming) + link + report, for a package whose regions/ exists."""
+    from kforge.synth import RegionResult, synthesize_region
+    started = time.monotonic()
+    pkg = Path(pkg)
+    package = open_package(pkg)
+    manifest = package.manifest
+    report = CompileReport(pkg, options.target, options.precision, options.provider)
+    hashes = package.region_hashes()
+    sink = progress or ProgressSink()
+    if dynamic_size:
+        second = dynamic_size + 3 if dynamic_size + 3 != dynamic_size else dynamic_size + 1
+        options = replace(options, dynamic_sizes=(dynamic_size, second))
+    sink.start(len(hashes))
+    t0 = time.monotonic()
+    for h in hashes:
+        spec = package.specs[h]
+        entry = manifest["kernels"].get(h)
+        sink.region(h, spec)
+        if reusable_entry(pkg, entry, options):
+            row = {"hash": h, "name": spec.name, "status": entry["status"],
+                   "provider": entry["provider"], "rounds": 0, "candidates_tried": 0,
+                   "time_ms": entry.get("time_ms"), "from_cache": False, "resumed": True,
+                   "elapsed_s": 0.0, "message": "", "verification": entry["verification"]}
+            report.regions.append(_region_row(spec, row))
+            sink.done(h, row)
+            continue
+        mlir_path = pkg / "regions" / f"{h}.mlir"
+        region_mlir = mlir_path.read_text() if mlir_path.is_file() else ""
+        result: RegionResult = synthesize_region(
+            spec, options, provider=provider, cache=cache, log_dir=pkg / "regions",
+            region_mlir=region_mlir, work_dir=None, progress=lambda msg, h=h: sink.note(h, msg))
+        if result.candidate is not None and result.status in ("verified", "candidate"):
+            manifest["kernels"][h] = manifest_entry(pkg, result, options)
+        else:
+            manifest["kernels"].pop(h, None)
+        write_manifest(pkg, manifest)            # persisted per region, as soon as known
+        row = result.to_json()
+        report.regions.append(_region_row(spec, row))
+        sink.done(h, row)
+    sink.stop()
+    report.stages["synth"] = round(time.monotonic() - t0, 3)
+    t1 = time.monotonic()
+    report.linked, report.link_note = link_package(pkg)
+    report.stages["link"] = round(time.monotonic() - t1, 3)
+    report.elapsed_s = time.monotonic() - started
+    return report
+
+
+def link_package(pkg: Path) -> tuple[bool, str]:
+    """kforge-opt --kforge-link-kernels: model.linked.mlir from regions/outlined.mlir."""
+    outlined = pkg / "regions" / "outlined.mlir"
+    if not outlined.is_file():
+        return False, "no regions/outlined.mlir (regions were not formed by kforge-opt)"
+    try:
+        from kforge.tools import kforge_opt, run_tool
+        tool = kforge_opt()
+        help_text = run_tool([tool, "--help"]).stdout
+    except UserError as exc:
+        return False, f"kforge-opt unavailable: {exc}"
+    if "--kforge-link-kernels" not in help_text:
+        return False, f"{tool} has no --kforge-link-kernels pass yet"
+    run_tool([tool, outlined, f"--kforge-link-kernels=manifest={pkg / MANIFEST}",
+              "-o", pkg / "model.linked.mlir"], what=str(outlined))
+    return True, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress and reports
+# ---------------------------------------------------------------------------------------------
+class ProgressSink:
+    """Receives progress events; the default prints nothing."""
+
+    def start(self, total: int) -> None: ...
+
+    def region(self, h: str, spec) -> None: ...
+
+    def note(self, h: str, message: str) -> None: ...
+
+    def done(self, h: str, row: dict) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class RichProgress(ProgressSink):
+    """A rich progress bar over regions, with the loop's current step."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+        self.console = console or Console(stderr=True)
+        self.progress = None
+        self.task = None
+        self.current = ""
+
+    def start(self, total: int) -> None:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
+                                   TextColumn, TimeElapsedColumn)
+        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]synth[/]"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.description}"), console=self.console,
+                                 transient=True)
+        self.progress.start()
+        self.task = self.progress.add_task("", total=total)
+
+    def region(self, h: str, spec) -> None:
+        self.current = f"{h} ({getattr(spec, 'root_kind', '')}: " \
+            f"{'+'.join(getattr(spec, 'fused', ()) or ())})"
+        self.progress.update(self.task, description=self.current)
+
+    def note(self, h: str, message: str) -> None:
+        self.progress.update(self.task, description=f"{self.current} — {message}")
+
+    def done(self, h: str, row: dict) -> None:
+        how = "resumed" if row.get("resumed") else "cache" if row.get("from_cache") else \
+            f"{row.get('rounds', 0)} rounds"
+        style = {"verified": "green", "candidate": "yellow"}.get(row["status"], "red")
+        self.progress.console.print(f"  region {h}: [{style}]{row['status']}[/] "
+                                    f"({row['provider']}, {how}, {row['elapsed_s']:.1f} s)")
+        self.progress.advance(self.task)
+
+    def stop(self) -> None:
+        if self.progress:
+            self.progress.stop()
+
+
+def _fmt_err(v) -> str:
+    return "—" if v is None else f"{v:.1e}"
+
+
+def _fmt_ms(v) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+def report_rows(report: dict) -> list[list[str]]:
+    rows = []
+    for r in report["regions"]:
+        how = "resumed" if r.get("resumed") else "cache" if r.get("from_cache") else \
+            str(r.get("rounds", 0))
+        rows.append([r["hash"], r.get("root_kind", ""), "+".join(r.get("fused", [])),
+                     r.get("provider", ""), how, r["status"], _fmt_err(r.get("max_abs_err")),
+                     _fmt_ms(r.get("time_ms")), f"{r.get('elapsed_s', 0):.1f}"])
+    return rows
+
+
+REPORT_COLUMNS = ["region", "kind", "fused", "provider", "rounds", "verification",
+                  "max abs err", "kernel ms", "synth s"]
+
+
+def report_markdown(report: dict) -> str:
+    s = report["summary"]
+    lines = [f"# KForge compile report: {report['package']}", "",
+             f"target `{report['target']}`, precision `{report['precision']}`, provider "
+             f"`{report['provider']}`; {s['regions']} regions: {s['verified']} verified, "
+             f"{s['candidate']} candidate (unverified: device absent), {s['reference']} run "
+             f"by the reference; {s['from_cache']} from the cache, {s['resumed']} resumed; "
+             f"{report['elapsed_s']:.1f} s.", "",
+             "| " + " | ".join(REPORT_COLUMNS) + " |",
+             "|" + "---|" * len(REPORT_COLUMNS)]
+    for row in report_rows(report):
+        lines.append("| " + " | ".join(row) + " |")
+    notes = [f"- `{r['hash']}`: {r['message']}" for r in report["regions"] if r.get("message")]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    if not report.get("linked"):
+        lines += ["", f"Linked IR not written: {report.get('link_note')}"]
+    return "\n".join(lines) + "\n"
+
+
+def print_report(report: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=150)     # logs and pipes: do not squeeze the table
+    s = report["summary"]
+    table = Table(title=f"KForge regions — target {report['target']}, precision "
+                        f"{report['precision']}, provider {report['provider']}")
+    for col in REPORT_COLUMNS:
+        table.add_column(col, justify="right" if col in ("rounds", "max abs err", "kernel ms",
+                                                         "synth s") else "left")
+    style = {"verified": "green", "candidate": "yellow", "reference": "red"}
+    for row, r in zip(report_rows(report), report["regions"]):
+        table.add_row(*row, style=None if r["status"] == "verified" else style.get(r["status"]))
+    console.print(table)
+    console.print(f"{s['verified']}/{s['regions']} regions verified, {s['candidate']} "
+                  f"candidate, {s['reference']} on the reference; {s['from_cache']} from the "
+                  f"cache, {s['resumed']} resumed; {report['elapsed_s']:.1f} s")
+    for r in report["regions"]:
+        if r.get("message"):
+            console.print(f"  {r['hash']}: {r['message'][:300]}")
+
+
+def write_report(pkg: Path, report: CompileReport) -> dict:
+    doc = report.to_json()
+    atomic_write_text(Path(pkg) / "report.json", json.dumps(doc, indent=2))
+    atomic_write_text(Path(pkg) / "report.md", report_markdown(doc))
+    return doc
+
+
+def copy_regions(src: Path, pkg: Path) -> None:
+    """Put an exported regions directory into the package (kept if it is already there)."""
+    dst = Path(pkg) / "regions"
+    if Path(src).resolve() == dst.resolve():
+        return
+    dst.mkdir(parents=True, exist_ok=True)
+    for p in Path(src).iterdir():
+        if p.is_file():
+            shutil.copy2(p, dst / p.name)
+
+
+def compile_regions(regions_dir: str | os.PathLike, pkg: str | os.PathLike, options, *,
+                    cache: KernelCache | None = None, weights_path: str | os.PathLike | None = None,
+                    model_path: str | os.PathLike | None = None,
+                    progress: ProgressSink | None = None,
+                    dynamic_size: int | None = None, extra_meta: dict | None = None,
+                    provider=None) -> dict:
+    """Build a package from an exported regions directory (kforge-opt's export) and weights.
+    The second half of `kforge compile`; needs no MLIR."""
+    pkg = Path(pkg)
+    pkg.mkdir(parents=True, exist_ok=True)
+    copy_regions(Path(regions_dir), pkg)
+    meta = {"target": options.target, "precision": options.precision,
+            "provider": options.provider, **(extra_meta or {})}
+    if model_path:
+        model_path = Path(model_path)
+        if model_path.resolve() != (pkg / "model.py").resolve():
+            shutil.copy2(model_path, pkg / "model.py")
+        meta["model"] = {"origin": str(model_path.resolve()), "copy": "model.py",
+                         "sha256": sha256_file(model_path)}
+    if weights_path:
+        weights_path = Path(weights_path)
+        inside = weights_path.resolve().parent == pkg.resolve()
+        if not inside:
+            shutil.copy2(weights_path, pkg / weights_path.name)
+        meta["weights"] = {"path": weights_path.name, "sha256": sha256_file(weights_path),
+                           "bytes": weights_path.stat().st_size, "format": "safetensors"}
+    write_meta(pkg, **meta)
+    report = synthesize_package(pkg, options, cache=cache, progress=progress,
+                                dynamic_size=dynamic_size, provider=provider)
+    return write_report(pkg, report)
+
+
+def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache | None = None,
+                  dynamic_batch: bool = False, example_inputs=None,
+                  progress: ProgressSink | None = None,
+                  on_stage: Callable[[str], None] | None = None) -> dict:
+    """`kforge compile`: import -> regions (kforge.frontend, kforge-opt) -> synth -> link.
+
+    `model`: a KernelBench-format .py file, "pkg.module:Class", or an nn.Module instance (then
+    `example_inputs` is required)."""
+    from kforge.frontend import form_regions, import_model
+    say = on_stage or (lambda s: None)
+    pkg = Path(pkg)
+    pkg.mkdir(parents=True, exist_ok=True)
+    timings = {}
+    t = time.monotonic()
+    say("import")
+    imported = import_model(model, pkg / "model.mlir", dynamic_batch=dynamic_batch,
+                            example_inputs=example_inputs)
+    timings["import"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
+    say("regions")
+    regions_dir = pkg / "regions"
+    form_regions(imported.mlir_path, regions_dir)
+    timings["regions"] = round(time.monotonic() - t, 3)
+    model_path = None
+    if not hasattr(model, "forward"):
+        text = str(model)
+        if text.endswith(".py") or Path(text).is_file():
+            model_path = Path(text)
+    batch = None
+    if dynamic_batch and imported.input_shapes:
+        if example_inputs is not None:
+            batch = int(example_inputs[0].shape[0])
+        elif model_path is not None:
+            batch = _example_batch(model_path)
+    extra = {"inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in
+                        zip(imported.input_names, imported.input_shapes, imported.input_dtypes)],
+             "outputs": [{"shape": list(s), "dtype": d} for s, d in
+                         zip(imported.output_shapes, imported.output_dtypes)],
+             "dynamic_batch": dynamic_batch,
+             "ir": {"model": "model.mlir", "outlined": "regions/outlined.mlir",
+                    "linked": "model.linked.mlir"}}
+    if model_path is None and model is not None and hasattr(model, "forward"):
+        extra["model"] = {"origin": f"{type(model).__module__}.{type(model).__qualname__}"}
+    say("synth")
+    doc = compile_regions(regions_dir, pkg, options, cache=cache,
+                          weights_path=imported.weights_path, model_path=model_path,
+                          progress=progress, dynamic_size=batch, extra_meta=extra)
+    doc["stages"] = {**timings, **doc.get("stages", {})}
+    atomic_write_text(pkg / "report.json", json.dumps(doc, indent=2))
+    return doc
+
+
+def _example_batch(model_path: Path) -> int | None:
+    try:
+        from kforge.runtime import load_model_file
+        _, inputs = load_model_file(model_path, with_model=False)
+        return int(inputs[0].shape[0]) if inputs else None
+    except Exception:  # noqa: BLE001 - only a size hint for verification
+        return None

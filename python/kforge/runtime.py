@@ -1,0 +1,316 @@
+"""Running a compiled package: the host plan, verified kernels through Triton, the rest through
+the reference. Needs only torch and triton (no MLIR, no torch-mlir).
+
+    model = load_package("PKG")               # weights from the package
+    model = load_package("PKG", module=net)   # weights bound from a live nn.Module
+    y = model(x)
+
+A kernel is used only if the manifest records it as verified for the device it runs on. A
+package compiled where its target device was absent holds candidates: `tune_package` (also run
+by the first `kforge run` on the device) verifies them and records the result in the manifest.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from kforge.errors import UserError
+from kforge.package import Package, open_package, read_manifest, write_manifest
+
+
+def use_interpreter(enabled: bool) -> None:
+    """The cpu target runs kernels in the Triton interpreter. TRITON_INTERPRET is read when
+    @triton.jit decorates and again while kernels run, so it is set for the whole process (a
+    process that runs a cpu package runs its Triton kernels in the interpreter)."""
+    if enabled:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def load_kernel_module(path: Path, target: str):
+    name = f"kforge_kernel_{path.parent.name}_{target}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    use_interpreter(target == "cpu")
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class PreparedKernel:
+    """A verified kernel as the host plan calls it: launch(*args), with `prepare_weights`
+    applied once per distinct set of weight tensors (one region may be called with several)."""
+
+    def __init__(self, module, weight_indices: Sequence[int]):
+        self.launch = module.launch
+        self.prepare = getattr(module, "prepare_weights", None)
+        self.weight_indices = tuple(weight_indices)
+        self._prepared: dict = {}
+        self.calls = 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.prepare is not None and self.weight_indices:
+            key = tuple((i, args[i].data_ptr(), tuple(args[i].shape))
+                        for i in self.weight_indices)
+            if key not in self._prepared:
+                self._prepared[key] = self.prepare({i: args[i] for i in self.weight_indices})
+            new = self._prepared[key]
+            args = tuple(new.get(i, a) for i, a in enumerate(args))
+        out = self.launch(*args)
+        return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+
+def default_device(target: str) -> str:
+    return {"cpu": "cpu", "cuda": "cuda", "xpu": "xpu"}.get(target, "cpu")
+
+
+def usable_kernels(package: Package, target: str) -> dict[str, dict]:
+    """Manifest entries that may run here: verified, for this target."""
+    out = {}
+    for h, entry in package.manifest.get("kernels", {}).items():
+        ver = entry.get("verification") or {}
+        if entry.get("target") == target and ver.get("status") == "verified" and \
+                ver.get("precision", entry.get("precision")) == package.precision:
+            out[h] = entry
+    return out
+
+
+class CompiledModel:
+    """A package bound to weights on a device; call it like the original module."""
+
+    def __init__(self, package: Package, weights: dict[str, torch.Tensor], target: str,
+                 use_kernels: bool = True):
+        self.package = package
+        self.target = target
+        self.device = torch.device(default_device(target))
+        self.weights = {k: v.to(self.device) for k, v in weights.items()}
+        self.kernels: dict[str, PreparedKernel] = {}
+        if use_kernels:
+            for h, entry in usable_kernels(package, target).items():
+                if h not in package.specs:
+                    continue
+                spec = package.specs[h]
+                module = load_kernel_module(package.root / entry["source"], target)
+                widx = [i for i, a in enumerate(spec.args) if a.weight]
+                self.kernels[h] = PreparedKernel(module, widx)
+
+    @property
+    def regions(self) -> list[str]:
+        return self.package.region_hashes()
+
+    def __call__(self, *inputs: torch.Tensor):
+        from kforge.reference import run_host_plan
+        args = [t.to(self.device) for t in inputs]
+        with torch.no_grad():
+            outs = run_host_plan(self.package.plan, self.package.specs, args, self.weights,
+                                 kernels=self.kernels)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    forward = __call__
+
+    def bind(self, module: torch.nn.Module) -> "CompiledModel":
+        """Use the weights of a live module of the same architecture."""
+        self.weights = module_weights(module, self.package, self.device)
+        return self
+
+    def describe(self) -> str:
+        n = len(self.regions)
+        return (f"kforge package {self.package.root} on {self.target}: {len(self.kernels)}/{n} "
+                f"regions by verified kernels, the rest by the reference")
+
+
+def module_weights(module: torch.nn.Module, package: Package, device) -> dict:
+    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    needed = [a.weight for a in package.plan.inputs if a.weight]
+    missing = [n for n in needed if n not in state]
+    if missing:
+        raise UserError(f"the module has no weights named {', '.join(missing[:5])}; it must be "
+                        f"the architecture the package was compiled from")
+    out = {}
+    for a in package.plan.inputs:
+        if a.weight:
+            t = state[a.weight].detach()
+            shape = tuple(a.shape)
+            if any(d is not None and d != s for d, s in zip(shape, t.shape)) or \
+                    len(shape) != t.dim():
+                raise UserError(f"weight {a.weight}: the module has shape {list(t.shape)}, the "
+                                f"package expects {list(shape)}")
+            out[a.weight] = t.to(device)
+    return out
+
+
+def package_weights(package: Package) -> dict[str, torch.Tensor]:
+    path = package.weights_path()
+    if path is None or not path.is_file():
+        raise UserError(f"{package.root}: the package's weights file "
+                        f"({path or 'none recorded'}) is missing; bind a live module with "
+                        "kforge.load(PKG, module)")
+    from safetensors.torch import load_file
+    return load_file(str(path))
+
+
+def load_package(pkg: str | os.PathLike, module: torch.nn.Module | None = None, *,
+                 target: str | None = None, tune: bool = True,
+                 use_kernels: bool = True) -> CompiledModel:
+    """Load a package; verify its candidate kernels first if this machine has their device."""
+    from kforge.verify import target_available
+    package = open_package(pkg)
+    target = target or package.target
+    if not target_available(target):
+        raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
+                        "device; run it where the device is, or pass --target cpu to run it "
+                        "here (by the reference, and kernels verified for cpu if any)")
+    if tune and target == package.target and pending_candidates(package, target):
+        tune_package(package.root)
+        package = open_package(pkg)
+    if module is not None:
+        weights = module_weights(module, package, "cpu")
+    else:
+        weights = package_weights(package)
+    return CompiledModel(package, weights, target, use_kernels=use_kernels)
+
+
+def pending_candidates(package: Package, target: str) -> list[str]:
+    return [h for h, e in package.manifest.get("kernels", {}).items()
+            if e.get("target") == target and
+            (e.get("verification") or {}).get("status") == "candidate"]
+
+
+def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | None = None,
+                 cache=None, progress: Callable[[str], None] | None = None) -> dict:
+    """Verify the package's candidate kernels on this machine's device (and, with rounds > 0,
+    run optimization passes on its verified kernels); record the results in the manifest."""
+    from kforge.providers.base import Candidate
+    from kforge.synth import SynthOptions, synthesize_region
+    from kforge.verify import target_available, verify_candidate
+    package = open_package(pkg)
+    target = package.target
+    if not target_available(target):
+        raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
+                        "device; run `kforge tune` where the device is")
+    manifest = read_manifest(package.root)
+    say = progress or (lambda m: None)
+    results = {}
+    for h, entry in list(manifest["kernels"].items()):
+        if entry.get("target") != target or h not in package.specs:
+            continue
+        spec = package.specs[h]
+        source = (package.root / entry["source"]).read_text()
+        cand = Candidate(id=f"pkg-{h}", provider=entry.get("provider", "?"), source=source,
+                         config=entry.get("launch", {}).get("config", {}))
+        status = (entry.get("verification") or {}).get("status")
+        if rounds > 0 and status in ("verified", "candidate"):
+            say(f"tuning region {h}")
+            opts = SynthOptions(target=target, precision=package.precision,
+                                provider=provider or entry.get("provider", "builtin"),
+                                rounds=rounds)
+            res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
+                                    log_dir=package.root / "regions")
+            if res.candidate is not None and res.status == "verified":
+                from kforge.package import manifest_entry
+                new = manifest_entry(package.root, res, opts)
+                new["requested_provider"] = entry.get("requested_provider", new["provider"])
+                manifest["kernels"][h] = new
+            else:
+                entry["verification"] = res.record.to_json() if res.record else entry.get(
+                    "verification")
+                entry["status"] = "rejected"
+                entry.setdefault("verification", {})["status"] = "rejected"
+        elif status == "candidate":
+            say(f"verifying region {h}")
+            rec = verify_candidate(spec, cand, target, package.precision, measure=True)
+            entry["verification"] = rec.to_json()
+            entry["status"] = rec.status
+            entry["time_ms"] = rec.time_ms
+        else:
+            continue
+        results[h] = manifest["kernels"][h]["verification"]["status"]
+        write_manifest(package.root, manifest)
+    return results
+
+
+def load_model_file(path: str | os.PathLike, *, with_model: bool = True, seed: int = 0):
+    """A KernelBench-format file: (Model(*get_init_inputs()) or None, get_inputs()), both under
+    torch.manual_seed(seed), as the frontend does when it imports the file."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"kforge_user_model_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise UserError(f"{path}: could not be loaded: {exc}") from exc
+    model = None
+    if with_model:
+        init = getattr(module, "get_init_inputs", lambda: [])()
+        torch.manual_seed(seed)
+        model = module.Model(*init).eval()
+    torch.manual_seed(seed)
+    inputs = list(module.get_inputs())
+    return model, inputs
+
+
+def read_inputs(path: str | os.PathLike) -> list[torch.Tensor]:
+    """Inputs for `kforge run --inputs`: a torch.save'd tensor/list/tuple/dict, or a
+    .safetensors file (tensors in key order input0, input1, ... or sorted keys)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such inputs file")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        data = load_file(str(path))
+    else:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if isinstance(data, dict):
+        return [data[k] for k in sorted(data, key=lambda k: (len(k), k))]
+    if isinstance(data, (list, tuple)):
+        return list(data)
+    raise UserError(f"{path}: expected a tensor, a list/tuple or a dict of tensors")
+
+
+def eager_outputs(package: Package, inputs: Sequence[torch.Tensor]):
+    """The original model, in eager PyTorch, with the package's weights."""
+    path = package.model_path()
+    if path is None:
+        raise UserError(f"{package.root}: --check needs the model source; the package has no "
+                        "model.py and its origin is gone")
+    model, _ = load_model_file(path, with_model=True)
+    weights = package_weights(package)
+    missing, _unexpected = model.load_state_dict(weights, strict=False)
+    missing = [m for m in missing if m in weights]
+    if missing:
+        raise UserError(f"weights {missing[:3]} do not fit the model in {path}")
+    with torch.no_grad():
+        out = model(*inputs)
+    return out
+
+
+def max_error(a, b) -> tuple[float, float]:
+    """(max abs error, max relative error) over all outputs."""
+    a = [a] if isinstance(a, torch.Tensor) else list(a)
+    b = [b] if isinstance(b, torch.Tensor) else list(b)
+    if len(a) != len(b):
+        raise UserError(f"the package returns {len(a)} outputs, eager returns {len(b)}")
+    abs_err = rel = 0.0
+    for x, y in zip(a, b):
+        x, y = x.detach().double().cpu(), y.detach().double().cpu()
+        if x.shape != y.shape:
+            raise UserError(f"output shape {list(x.shape)} differs from eager {list(y.shape)}")
+        d = (x - y).abs()
+        if not d.numel():
+            continue
+        abs_err = max(abs_err, float(d.max()))
+        big = y.abs() > 1e-3 * float(y.abs().max())     # relative error where it means something
+        if big.any():
+            rel = max(rel, float((d[big] / y[big].abs()).max()))
+    return abs_err, rel
+
+
+__all__ = ["CompiledModel", "load_package", "tune_package", "read_inputs", "eager_outputs",
+           "max_error", "load_model_file"]

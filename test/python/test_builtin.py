@@ -1,0 +1,260 @@
+"""The builtin provider: generated Triton kernels run under the interpreter (TRITON_INTERPRET=1)
+against the reference, for every fixture kind and every precision policy."""
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from kforge.providers.base import Feedback, GenerationRequest
+from kforge.providers.builtin import (BuiltinProvider, CannotGenerate, analyze_region,
+                                      candidates, config_space, generate_source)
+from kforge.reference import reference_fn
+from kforge.spec import load_spec
+from kforge.targets import get_target
+
+SPECS = Path(__file__).parent / "fixtures" / "specs"
+TOL = {"strict": 1e-4, "tf32": 1e-2, "bf16": 1e-2}
+GENERATED = ["matmul_bias_relu", "softmax", "log_softmax", "layer_norm", "conv2d_bias",
+             "gelu_erf", "gelu_tanh", "causal_mask", "bmm_scale_softmax",
+             "linear_gelu_layer_norm_softmax", "sum_middle", "group_norm", "attention",
+             "group_norm_silu_row_mean"]
+NOT_GENERATED = ["argmax_rows"]      # first index of the max: a combiner with no template
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def spec(name):
+    return load_spec(SPECS / f"{name}.json")
+
+
+def load_candidate(source: str, path: Path):
+    path.write_text(source)
+    mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+def make_args(s, seed):
+    """Inputs like a real model's: activations ~N(0,1), weights scaled by 1/sqrt(fan_in)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for a in s.args:
+        t = torch.randn(a.shape, generator=g)
+        if a.weight and len(a.shape) >= 2:
+            t = t / math.sqrt(math.prod(a.shape[1:]))
+        out.append(t)
+    return out
+
+
+def run_candidate(module, s, args):
+    args = list(args)
+    if hasattr(module, "prepare_weights"):
+        prepared = module.prepare_weights({i: args[i] for i, a in enumerate(s.args) if a.weight})
+        for i, t in prepared.items():
+            args[i] = t
+    return module.launch(*args)
+
+
+def check(cand, s, precision, tmp_path, seeds=(0, 1)):
+    module = load_candidate(cand.source, tmp_path / f"{cand.id.replace('-', '_')}.py")
+    ref = reference_fn(s)
+    for seed in seeds:
+        args = make_args(s, seed)
+        before = [a.clone() for a in args]
+        expected = ref(*args)
+        got = run_candidate(module, s, args)
+        assert len(got) == len(expected)
+        for a, b in zip(args, before):
+            assert torch.equal(a, b)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            tol = TOL[precision]
+            torch.testing.assert_close(g, e, atol=tol, rtol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_strict_every_config(name, tmp_path):
+    s = spec(name)
+    cands = candidates(s, "cpu", "strict")
+    assert cands, f"no candidate for {name}"
+    for cand in cands:
+        check(cand, s, "strict", tmp_path)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("name", GENERATED)
+def test_looser_policies(name, precision, tmp_path):
+    s = spec(name)
+    cands = candidates(s, "cpu", precision)
+    assert cands
+    check(cands[0], s, precision, tmp_path, seeds=(3,))
+
+
+@pytest.mark.parametrize("name", NOT_GENERATED)
+def test_unsupported_regions_get_no_candidate(name):
+    s = spec(name)
+    assert candidates(s, "cpu", "strict") == []
+    req = GenerationRequest(spec=s, region_mlir="", reference_source="", precision="strict",
+                            target=get_target("cpu"), phase="functional", round=0)
+    assert BuiltinProvider().generate(req) == []
+
+
+def test_gemm_then_rows_kernel_when_n_is_wider_than_a_tile(tmp_path):
+    """Row reductions over a GEMM output too wide for one tile run as a second kernel."""
+    s = spec("bmm_scale_softmax")
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
+              "num_warps": 4, "num_stages": 1, "input_precision": "ieee",
+              "rows": {"BLOCK_R": 2, "BLOCK_C": 8, "num_warps": 4}}
+    source = generate_source(s, get_target("cpu"), "strict", config)
+    assert "_gemm[" in source and "_rows[" in source
+    from kforge.providers.base import Candidate
+    check(Candidate("two-kernels", "builtin", source, config), s, "strict", tmp_path)
+
+
+def test_split_k_writes_partials_then_epilogue():
+    s = spec("matmul_bias_relu")
+    split = [c for c in config_space(s, "cpu", "strict") if c["SPLIT_K"] > 1]
+    assert split
+    source = generate_source(s, get_target("cpu"), "strict", split[0])
+    assert "_gemm_partial[" in source and "_epilogue[" in source
+
+
+def test_bf16_casts_weights_once_in_prepare_weights(tmp_path):
+    s = spec("matmul_bias_relu")
+    cand = candidates(s, "cpu", "bf16")[0]
+    module = load_candidate(cand.source, tmp_path / "bf16_mod.py")
+    w = {1: torch.randn(12, 16), 2: torch.randn(12)}
+    out = module.prepare_weights(w)
+    assert out[1].dtype == torch.bfloat16          # the matmul weight
+    assert out[2].dtype == torch.float32           # the bias is read by the epilogue
+    assert "prepare_weights" not in candidates(s, "cpu", "strict")[0].source
+
+
+def test_generated_source_is_readable_and_launches_only_triton():
+    s = spec("matmul_bias_relu")
+    src = candidates(s, "cpu", "strict")[0].source
+    assert "def kforge_region_matmul_bias_relu_gemm(" in src
+    assert "# arith.maximumf" in src and "# linalg.matmul" in src
+    launch = src[src.index("def launch"):]
+    torch_calls = set(re.findall(r"torch\.(\w+)", launch))
+    assert torch_calls <= {"empty", "float32", "float64", "bfloat16", "float16", "int64",
+                           "int32", "bool"}
+    compile(src, "candidate.py", "exec")
+
+
+@pytest.mark.parametrize("target", ["cuda", "xpu"])
+def test_device_targets_generate_their_own_code(target):
+    """GPU sources are checked on the H200 later; here: they are generated and compile."""
+    s = spec("gelu_tanh")
+    src = candidates(s, target, "strict")[0].source
+    assert "libdevice.tanh" in src and "from triton.language.extra import libdevice" in src
+    compile(src, "candidate.py", "exec")
+    s = spec("matmul_bias_relu")
+    cands = candidates(s, target, "strict")
+    assert "part = tl.dot(a_hi, b_hi, part, input_precision=\"tf32\")" in cands[0].source
+    assert "torch.stack([hi, w - hi])" in cands[0].source
+    for c in cands:
+        compile(c.source, "candidate.py", "exec")
+        if target == "cuda":    # Hopper wgmma needs BLOCK_M % 64 == 0 and 4 or 8 warps
+            assert c.config["BLOCK_M"] % 64 == 0 and c.config["num_warps"] in (4, 8)
+    src = candidates(s, target, "bf16")[0].source
+    assert ".to(tl.bfloat16)" in src and "prepare_weights" in src
+
+
+def test_generate_is_deterministic_and_follows_the_analyst():
+    s = spec("matmul_bias_relu")
+    provider = BuiltinProvider()
+    target = get_target("cuda")
+    req = GenerationRequest(spec=s, region_mlir="", reference_source="", precision="strict",
+                            target=target, phase="functional", round=0, num_candidates=2)
+    first = provider.generate(req)
+    assert [c.source for c in first] == [c.source for c in provider.generate(req)]
+    assert len(first) == 2
+    recs = provider.analyze(req, {"time_ms": 1.0, "config": first[0].config,
+                                  "kernels": [{"n_regs": 255, "n_spills": 40,
+                                               "shared": 100000}]})
+    assert any("spilled" in r for r in recs)
+    picks = [json.loads(r[len("config: "):].split("  #")[0]) for r in recs
+             if r.startswith("config: ")]
+    assert picks
+    fb = tuple(Feedback(c.id, "verified", "", time_ms=1.0, recommendations=recs)
+               for c in first)
+    nxt = provider.generate(GenerationRequest(spec=s, region_mlir="", reference_source="",
+                                              precision="strict", target=target,
+                                              phase="optimize", round=1, feedback=fb,
+                                              num_candidates=1))
+    assert nxt[0].config == picks[0] and nxt[0].id not in {c.id for c in first}
+
+
+def test_analyst_near_the_floor_stops():
+    s = spec("gelu_erf")
+    provider = BuiltinProvider()
+    req = GenerationRequest(spec=s, region_mlir="", reference_source="", precision="strict",
+                            target="cuda", phase="optimize", round=1)
+    recs = provider.analyze(req, {"time_ms": 1.0, "floor_ms": 0.95, "config": {"BLOCK": 1024}})
+    assert any("unlikely to pay" in r for r in recs)
+    assert not any(r.startswith("config:") for r in recs)
+
+
+def test_region_kinds():
+    assert analyze_region(spec("gelu_erf")).kind == "elementwise"
+    shape = analyze_region(spec("layer_norm"))
+    assert (shape.kind, shape.rows, shape.cols) == ("rows", 5, 24)
+    shape = analyze_region(spec("conv2d_bias"))
+    assert shape.kind == "gemm" and len(shape.contraction.k) == 3     # implicit GEMM
+    shape = analyze_region(spec("sum_middle"))         # a strided reduction over a middle dim
+    assert (shape.kind, shape.rows, shape.cols) == ("rows", 12, 5)
+    with pytest.raises(CannotGenerate, match="combiner"):
+        generate_source(spec("argmax_rows"), get_target("cpu"), "strict",
+                        {"BLOCK_R": 1, "BLOCK_C": 8, "num_warps": 4})
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------------------------
+def test_targets_answer_the_same_questions():
+    from kforge.errors import UserError
+    from kforge.targets import Target, target_names
+    assert target_names() == ("cuda", "xpu", "cpu")
+    for name in target_names():
+        t = get_target(name)
+        assert isinstance(t, Target) and t.name == name and get_target(t) is t
+        assert t.describe() and t.device in ("cuda", "xpu", "cpu")
+        for policy in ("strict", "tf32", "bf16"):
+            assert t.dot_input_precisions(policy)
+        assert t.configs("elementwise", {"numel": 1 << 20})
+        assert t.configs("rows", {"rows": 4096, "cols": 4096})
+        assert t.configs("gemm", {"M": 4096, "N": 4096, "K": 4096, "precision": "strict"})
+        assert t.math("math.exp") == "tl.exp({0})"
+    with pytest.raises(UserError, match="unknown target 'tpu'"):
+        get_target("tpu")
+    cuda, cpu = get_target("cuda"), get_target("cpu")
+    assert cpu.interpreter and not cpu.bf16_dot_ok and cuda.bf16_dot_ok
+    assert cuda.math("math.tanh").startswith("libdevice") and "sigmoid" in cpu.math("math.tanh")
+    # H200 roofline: 2*1024*8192*8192 FLOP at tf32/3 (136 TFLOP/s) ~ 1.01 ms
+    assert cuda.floor_ms(2 * 1024 * 8192 * 8192, 0, "strict") == pytest.approx(1.0105, rel=1e-3)
+    assert cuda.floor_ms(0, 4.28e9, "bf16") == pytest.approx(1.0)
+    assert cpu.time_ms(lambda: None) >= 0
+
+
+def test_cuda_gemm_space_suits_hopper_and_small_m():
+    t = get_target("cuda")
+    big = t.configs("gemm", {"M": 4096, "N": 4096, "K": 4096, "precision": "bf16"})
+    assert all(c["BLOCK_M"] % 64 == 0 and c["num_warps"] in (4, 8) for c in big)
+    assert all(c["SPLIT_K"] == 1 for c in big)
+    small = t.configs("gemm", {"M": 128, "N": 4096, "K": 16384, "precision": "strict"})
+    assert small[0]["SPLIT_K"] > 1
+    fused = t.configs("gemm", {"M": 4096, "N": 200, "K": 1024, "full_rows": True,
+                               "reductions": True})
+    assert all(c["BLOCK_N"] == 256 for c in fused)
+    wide = t.configs("gemm", {"M": 4096, "N": 8192, "K": 1024, "full_rows": True,
+                              "reductions": True})
+    assert wide and all(c["BLOCK_N"] <= 256 and c["SPLIT_K"] == 1 for c in wide)

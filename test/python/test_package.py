@@ -1,0 +1,186 @@
+"""Packages and the runtime on hand-written regions (no MLIR needed): build, run, check against
+eager, resume after an interruption, candidates verified on first run, binding live weights,
+and `kforge run` in an environment where MLIR and torch-mlir cannot be imported."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kforge.package import open_package, read_manifest, write_manifest
+from kforge.runtime import load_model_file, load_package
+from kforge.synth import SynthOptions
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engine"
+TINY = FIXTURES / "tiny"
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("engine_fixture_provider_pkg",
+                                               FIXTURES / "fixture_provider.py")
+fixture_provider = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fixture_provider)
+
+BLOCK_MLIR = '''
+import importlib.abc, sys
+class _NoMLIR(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("mlir", "torch_mlir"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)",
+                                      name=name)
+        return None
+sys.meta_path.insert(0, _NoMLIR())
+'''
+
+
+def tiny_weights(tmp_path: Path) -> Path:
+    from safetensors.torch import save_file
+    model, _ = load_model_file(TINY / "model.py")
+    path = tmp_path / "model.safetensors"
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def build(tmp_path: Path, provider=None, cache=None, target="cpu", name="pkg") -> Path:
+    from kforge.package import compile_regions
+    pkg = tmp_path / name
+    options = SynthOptions(target=target, rounds=0, provider="scripted")
+    compile_regions(TINY, pkg, options, cache=cache, weights_path=tiny_weights(tmp_path),
+                    model_path=TINY / "model.py",
+                    provider=provider or fixture_provider.ScriptedProvider([("good",)] * 2))
+    return pkg
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("tiny"))
+
+
+def test_package_layout_and_manifest(package):
+    for rel in ("package.json", "manifest.json", "report.json", "report.md", "model.py",
+                "model.safetensors", "regions/host_plan.json",
+                "regions/e1e1e1e1e1e1e1e1/log.jsonl",
+                "kernels/a2a2a2a2a2a2a2a2/kernel.py", "kernels/e1e1e1e1e1e1e1e1/kernel.py"):
+        assert (package / rel).is_file(), rel
+    manifest = read_manifest(package)
+    assert manifest["schema"] == "kforge.manifest"
+    for h, entry in manifest["kernels"].items():
+        assert entry["verification"]["status"] == "verified"
+        assert entry["symbol"] == f"kforge_kernel_{h}_cpu"
+        assert (package / entry["source"]).is_file()
+    report = json.loads((package / "report.json").read_text())
+    assert report["summary"] == {"regions": 2, "verified": 2, "candidate": 0, "reference": 0,
+                                 "from_cache": 0, "resumed": 0}
+    assert "| region |" in (package / "report.md").read_text()
+
+
+def test_run_matches_eager(package):
+    compiled = load_package(package)
+    assert set(compiled.kernels) == {"a2a2a2a2a2a2a2a2", "e1e1e1e1e1e1e1e1"}
+    model, inputs = load_model_file(TINY / "model.py")
+    out = compiled(*inputs)
+    assert all(k.calls == 1 for k in compiled.kernels.values())   # kernels really ran
+    torch.testing.assert_close(out, model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_load_binds_live_module_weights(package):
+    torch.manual_seed(123)
+    model, inputs = load_model_file(TINY / "model.py", seed=7)   # other weights
+    compiled = load_package(package, module=model)
+    torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_kforge_run_without_mlir(package, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_MLIR)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO / "python")]))
+    probe = subprocess.run([sys.executable, "-c", "import torch_mlir"], env=env,
+                           capture_output=True, text=True)
+    assert probe.returncode != 0 and "blocked" in probe.stderr
+    proc = subprocess.run([sys.executable, "-m", "kforge.cli", "run", str(package), "--check"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "2/2 regions by verified kernels" in proc.stdout
+    assert "max abs err" in proc.stdout and "OK" in proc.stdout
+
+
+class _Interrupt(fixture_provider.ScriptedProvider):
+    """Verifies the first region, then the compile is interrupted (as by Ctrl-C)."""
+
+    def generate(self, request):
+        if self.calls >= 1:
+            raise KeyboardInterrupt
+        return super().generate(request)
+
+
+def test_interrupted_compile_resumes_without_redoing_verified_regions(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        build(tmp_path, provider=_Interrupt([("good",)] * 2))
+    manifest = read_manifest(tmp_path / "pkg")
+    assert len(manifest["kernels"]) == 1           # the verified region was kept
+    done = next(iter(manifest["kernels"]))
+    provider = fixture_provider.ScriptedProvider([("good",)] * 2)
+    build(tmp_path, provider=provider)
+    assert provider.calls == 1                     # only the unfinished region was synthesized
+    assert [r.spec.hash for r in provider.requests] != [done]
+    report = json.loads((tmp_path / "pkg" / "report.json").read_text())
+    assert report["summary"]["resumed"] == 1 and report["summary"]["verified"] == 2
+
+
+def test_candidates_are_verified_on_first_run_and_never_used_before(tmp_path):
+    pkg = build(tmp_path)
+    manifest = read_manifest(pkg)
+    for entry in manifest["kernels"].values():      # as if compiled where the device was absent
+        entry["verification"] = {"status": "candidate"}
+        entry["status"] = "candidate"
+    write_manifest(pkg, manifest)
+    unused = load_package(pkg, tune=False)
+    assert unused.kernels == {}                    # unverified kernels are never used
+    compiled = load_package(pkg)                   # first run verifies them here
+    assert len(compiled.kernels) == 2
+    statuses = {e["verification"]["status"] for e in read_manifest(pkg)["kernels"].values()}
+    assert statuses == {"verified"}
+
+
+def test_cross_compile_for_absent_device(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("cuda present")
+    pkg = build(tmp_path, target="cuda")
+    entries = read_manifest(pkg)["kernels"].values()
+    assert entries and {e["verification"]["status"] for e in entries} == {"candidate"}
+    assert open_package(pkg).target == "cuda"
+    from kforge.errors import UserError
+    from kforge.runtime import tune_package
+    with pytest.raises(UserError, match="no cuda device"):
+        tune_package(pkg)
+    # run on the cpu instead: no kernel is verified for it, everything runs by the reference
+    compiled = load_package(pkg, target="cpu")
+    model, inputs = load_model_file(TINY / "model.py")
+    assert compiled.kernels == {}
+    torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_running_for_an_absent_device_says_what_to_do(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("cuda present")
+    pkg = build(tmp_path, target="cuda")
+    from kforge.errors import UserError
+    with pytest.raises(UserError, match="--target cpu"):
+        load_package(pkg)
+
+
+def test_kforge_synth_command(tmp_path):
+    from kforge.cli import main
+    out = tmp_path / "synth"
+    rc = main(["synth", str(FIXTURES / "matmul_bias.json"), "-o", str(out), "--target", "cpu",
+               "--rounds", "0", "--no-cache"])
+    assert rc == 0
+    entry = read_manifest(out)["kernels"]["a2a2a2a2a2a2a2a2"]
+    assert entry["verification"]["status"] == "verified" and entry["provider"] == "builtin"
+    assert (out / entry["source"]).is_file()
+    assert (out / "regions" / "a2a2a2a2a2a2a2a2" / "log.jsonl").is_file()

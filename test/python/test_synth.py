@@ -1,0 +1,103 @@
+"""The synthesis loop: functional passes with feedback, optimization passes, fallback, logs."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from kforge.spec import load_spec
+from kforge.synth import SynthOptions, synthesize_region
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engine"
+_spec = importlib.util.spec_from_file_location("engine_fixture_provider",
+                                               FIXTURES / "fixture_provider.py")
+fixture_provider = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fixture_provider)
+ScriptedProvider = fixture_provider.ScriptedProvider
+
+
+def spec(name):
+    return load_spec(FIXTURES / f"{name}.json")
+
+
+def log_events(log_dir: Path, h: str) -> list[dict]:
+    return [json.loads(line) for line in (log_dir / h / "log.jsonl").read_text().splitlines()]
+
+
+def test_functional_pass_feeds_compile_error_back(tmp_path):
+    provider = ScriptedProvider(script=[("broken",), ("good",)])
+    result = synthesize_region(spec("add_relu"), SynthOptions(rounds=0), provider=provider,
+                               log_dir=tmp_path)
+    assert result.status == "verified" and result.record.verified
+    assert result.rounds == 2 and result.candidates_tried == 2
+    fb = provider.requests[1].feedback
+    assert fb[0].status == "compile_error" and "stor" in fb[0].message
+    events = log_events(tmp_path, "e1e1e1e1e1e1e1e1")
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds[-1] == "done"
+    cands = [e for e in events if e["event"] == "candidate"]
+    assert [c["verification"]["status"] for c in cands] == ["rejected", "verified"]
+    assert "tl.stor(" in cands[0]["candidate"]["source"]          # sources are recorded
+
+
+def test_mismatch_report_is_fed_back(tmp_path):
+    provider = ScriptedProvider(script=[("wrong",), ("good",)])
+    result = synthesize_region(spec("add_relu"), SynthOptions(rounds=0), provider=provider)
+    assert result.status == "verified"
+    fb = provider.requests[1].feedback[0]
+    assert fb.status == "mismatch" and "first at" in fb.message
+
+
+def test_no_verified_kernel_means_reference(tmp_path):
+    provider = ScriptedProvider(script=[("wrong",), ("broken",)])
+    result = synthesize_region(spec("add_relu"), SynthOptions(functional_rounds=2),
+                               provider=provider, log_dir=tmp_path)
+    assert result.status == "reference" and result.candidate is None
+    assert "no candidate verified in 2 functional rounds" in result.message
+
+
+def test_optimization_keeps_incumbent_unless_faster_than_noise(tmp_path):
+    provider = ScriptedProvider(script=[("good",), ("good",), ("good",)],
+                                analysis=("use BLOCK_M=8",))
+    result = synthesize_region(spec("add_relu"), SynthOptions(rounds=2), provider=provider,
+                               log_dir=tmp_path)
+    assert result.status == "verified"
+    assert result.candidate.id == "s1-0-good" or any(
+        e["event"] == "improved" for e in log_events(tmp_path, "e1e1e1e1e1e1e1e1"))
+    # the analysis saw the measured time, and its recommendations reached the writer
+    assert provider.profiles and provider.profiles[0]["time_ms"] > 0
+    opt_req = provider.requests[1]
+    assert opt_req.phase == "optimize" and opt_req.best is not None
+    assert opt_req.feedback[0].recommendations == ("use BLOCK_M=8",)
+    events = log_events(tmp_path, "e1e1e1e1e1e1e1e1")
+    assert any(e["event"] == "analysis" for e in events)
+    assert any(e["event"] in ("stop", "improved") for e in events)
+
+
+def test_provider_error_falls_back_to_builtin(tmp_path):
+    result = synthesize_region(spec("matmul_bias"), SynthOptions(rounds=0),
+                               provider=fixture_provider.FailingProvider(), log_dir=tmp_path)
+    assert result.status == "verified" and result.provider == "builtin"
+    assert "fell back to builtin" in result.message
+    assert any(e["event"] == "provider_error"
+               for e in log_events(tmp_path, "a2a2a2a2a2a2a2a2"))
+
+
+def test_absent_target_gives_unverified_candidate(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("cuda present")
+    provider = ScriptedProvider(script=[("good",)])
+    result = synthesize_region(spec("add_relu"), SynthOptions(target="cuda"),
+                               provider=provider)
+    assert result.status == "candidate" and result.record.status == "candidate"
+
+
+def test_wall_time_budget_stops_the_loop():
+    provider = ScriptedProvider(script=[("broken",)] * 5)
+    result = synthesize_region(spec("add_relu"), SynthOptions(time_budget_s=0.0),
+                               provider=provider)
+    assert result.status == "reference" and "time budget" in result.message
+    assert provider.calls == 0
