@@ -21,8 +21,26 @@ config.substitutions.append(("%kforge_plugin", plugin))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 
-try:
-    import jsonschema  # noqa: F401
+# Optional checks, run when the Python they need is there.
+import subprocess
+
+
+def python_has(code, env=None):
+    try:
+        return subprocess.run([config.python_executable, "-c", code], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+if python_has("import jsonschema"):
     config.available_features.add("jsonschema")
-except ImportError:
-    pass
+# The Python half's reader of the kernel spec (python/kforge/spec.py), to prove that what
+# kforge-opt writes is what Python reads.
+kforge_python = os.path.join(config.kforge_src_root, "python")
+if python_has("import kforge.spec", env=dict(os.environ, PYTHONPATH=kforge_python)):
+    config.available_features.add("kforge-python")
+    config.substitutions.append(("%kforge_pythonpath", kforge_python))
+config.substitutions.append(("%schema", os.path.join(config.kforge_src_root, "docs",
+                                                     "kernel-spec.schema.json")))
