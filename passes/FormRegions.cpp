@@ -11,6 +11,7 @@
 #include "KForge/RegionHash.h"
 
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseSet.h"
@@ -27,6 +28,25 @@ using namespace mlir;
 using namespace mlir::kforge;
 
 namespace {
+
+/// Unused, and free of side effects other than runtime checks.
+static bool isDeadExceptChecks(Operation *op) {
+  if (!op->use_empty())
+    return false;
+  if (isOpTriviallyDead(op))
+    return true;
+  WalkResult result = op->walk([&](Operation *nested) {
+    if (nested == op || isPure(nested) ||
+        nested->getName().getStringRef() == "cf.assert" ||
+        nested->hasTrait<OpTrait::IsTerminator>())
+      return WalkResult::advance();
+    if (auto effects = dyn_cast<MemoryEffectOpInterface>(nested))
+      if (effects.hasNoEffect())
+        return WalkResult::advance();
+    return WalkResult::interrupt();
+  });
+  return !result.wasInterrupted() && isa<linalg::LinalgOp>(op);
+}
 
 /// Builds one kforge.fusion_region from a group the analysis formed.
 class RegionBuilder {
@@ -89,9 +109,10 @@ public:
       allMembers.erase(op); // its address may be reused by a new op
       op->erase();
     }
-    // Originals of recomputed producers that nothing else reads.
+    // Originals of recomputed producers that nothing else reads. The region recomputes them,
+    // runtime checks (cf.assert) included, so the originals go even with such checks.
     for (Operation *clone : llvm::reverse(clones))
-      if (!allMembers.contains(clone) && isOpTriviallyDead(clone))
+      if (!allMembers.contains(clone) && isDeadExceptChecks(clone))
         clone->erase();
   }
 

@@ -75,6 +75,8 @@ struct LinkKernelsPass
     : public kforge::impl::KForgeLinkKernelsBase<LinkKernelsPass> {
   using Base::Base;
 
+  Operation *lastDecl = nullptr;
+
   /// Reads the manifest; diagnostics name the file and the entry at fault.
   LogicalResult readManifest(Location loc, llvm::StringMap<ManifestKernel> &kernels) {
     auto fail = [&](const Twine &what) {
@@ -160,6 +162,7 @@ struct LinkKernelsPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     llvm::StringMap<ManifestKernel> kernels;
+    lastDecl = nullptr;
     if (failed(readManifest(module.getLoc(), kernels)))
       return signalPassFailure();
 
@@ -240,8 +243,10 @@ struct LinkKernelsPass
         op->setAttr(extra.getName(), extra.getValue());
       decl = op;
     }
-    // Declarations go first in the module.
-    symbolTable.insert(decl, module.getBody()->begin());
+    // Declarations go first in the module, in the order of their first call.
+    symbolTable.insert(decl, lastDecl ? std::next(lastDecl->getIterator())
+                                      : module.getBody()->begin());
+    lastDecl = decl;
     return decl;
   }
 };

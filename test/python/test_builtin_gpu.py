@@ -60,6 +60,15 @@ def _eager_log_softmax(x):
     return (torch.log_softmax(x, -1),)
 
 
+def _eager_attention(q, k, v):
+    return (torch.softmax(q @ k.transpose(1, 2) * 0.25, -1) @ v,)
+
+
+def _eager_gn_silu_mean(x):
+    h = F.silu(F.group_norm(x, 32, eps=1e-5))
+    return (h.mean(1, keepdim=True), h)
+
+
 def workloads(directory: Path):
     """(name, spec path, eager fn) at realistic sizes, written by the fixture builders."""
     import make_fixtures as mf
@@ -73,6 +82,8 @@ def workloads(directory: Path):
     mf.conv2d(N=16, C=64, H=34, W=34, O=128, KH=3, KW=3)
     mf.group_norm(M=8192, N=4096, G=32)
     mf.matmul_bias_relu(M=128, K=16384, N=4096, name="small_m_linear_relu")
+    mf.attention(B=64, S=1024, D=64, T=1024)
+    mf.group_norm_silu_row_mean(M=4096, N=4096, G=32)
     mf.softmax(R=1024, C=32768, name="log_softmax", log=True)
     return [("matmul_bias_relu", _eager_linear_relu, 1.0), ("softmax", _eager_softmax, 1.0),
             ("layer_norm", _eager_layer_norm, 1.0), ("gelu_erf", _eager_gelu, 1.0),
@@ -81,7 +92,9 @@ def workloads(directory: Path):
             ("linear_gelu_layer_norm_softmax", _eager_mlp, 1.0),
             ("conv2d_bias", _eager_conv, 1.0), ("group_norm", _eager_group_norm, 1.0),
             ("log_softmax", _eager_log_softmax, 1.0),
-            ("small_m_linear_relu", _eager_linear_relu, 1.0)]
+            ("small_m_linear_relu", _eager_linear_relu, 1.0),
+            ("attention", _eager_attention, 1.0),
+            ("group_norm_silu_row_mean", _eager_gn_silu_mean, 1.0)]
 
 
 def _load(source: str, path: Path):

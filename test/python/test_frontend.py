@@ -180,6 +180,7 @@ def test_8192_linear_imports_fast_into_small_ir(tmp_path, kforge_opt_or_mlir_opt
     with safe_open(result.weights_path, "pt") as f:
         assert f.get_slice("fc.weight").get_shape() == [8192, 8192]
     run_tool([kforge_opt_or_mlir_opt, result.mlir_path, "-o", os.devnull])
+    result.weights_path.unlink()          # 256 MB; pytest keeps its last temp directories
 
 
 @pytest.fixture

@@ -32,8 +32,10 @@ CORE_MATH = {
     "math.log2": "tl.log2({0})", "math.sqrt": "tl.sqrt({0})", "math.rsqrt": "tl.rsqrt({0})",
     "math.erf": "tl.erf({0})", "math.sin": "tl.sin({0})", "math.cos": "tl.cos({0})",
     "math.absf": "tl.abs({0})", "math.absi": "tl.abs({0})", "math.floor": "tl.floor({0})",
-    "math.ceil": "tl.ceil({0})", "math.sigmoid": "tl.sigmoid({0})",
+    "math.ceil": "tl.ceil({0})", "math.sigmoid": "(1.0 / (1.0 + tl.exp(-{0})))",
 }
+# (tl.sigmoid, tl.sum, tl.cdiv, tl.zeros... are @jit functions of triton.language: generated
+# code avoids them, so that it also runs in an interpreter entered after triton was imported)
 
 
 class Target:

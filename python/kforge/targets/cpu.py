@@ -7,7 +7,7 @@ from __future__ import annotations
 from kforge.targets.base import Peaks, Target, pow2_at_least
 
 _FORMULAS = {
-    "math.tanh": "(2.0 * tl.sigmoid(2.0 * {0}) - 1.0)",
+    "math.tanh": "(2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0)",
     "math.expm1": "(tl.exp({0}) - 1.0)",
     "math.log1p": "tl.log(1.0 + {0})",
     "math.erfc": "(1.0 - tl.erf({0}))",

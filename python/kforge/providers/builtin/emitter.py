@@ -51,14 +51,25 @@ _ORDERED = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<="}
 _UNORDERED_NOT = {"ugt": "<=", "uge": "<", "ult": ">=", "ule": ">"}   # u<p> = not o<inverse>
 _CMPI = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
          "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}
-# reduction combiner -> (tl reduction, neutral element, elementwise combine)
-REDUCERS = {"arith.addf": ("tl.sum", 0.0, "({0} + {1})"),
-            "arith.maximumf": ("tl.max", float("-inf"),
+# reduction combiner -> (combine function of the candidate, neutral element, its expression).
+# Reductions are spelled tl.reduce(x, axis, _sum) with these functions defined in the candidate
+# rather than tl.sum/tl.max: those are @jit functions of triton.language, which the interpreter
+# cannot run when triton was imported before TRITON_INTERPRET was set.
+REDUCERS = {"arith.addf": ("_sum", 0.0, "({0} + {1})"),
+            "arith.maximumf": ("_maximum", float("-inf"),
                                "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"),
-            "arith.maxnumf": ("tl.max", float("-inf"), "tl.maximum({0}, {1})"),
-            "arith.minimumf": ("tl.min", float("inf"),
+            "arith.maxnumf": ("_maxnum", float("-inf"), "tl.maximum({0}, {1})"),
+            "arith.minimumf": ("_minimum", float("inf"),
                                "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"),
-            "arith.minnumf": ("tl.min", float("inf"), "tl.minimum({0}, {1})")}
+            "arith.minnumf": ("_minnum", float("inf"), "tl.minimum({0}, {1})")}
+
+
+def combine_function(name: str) -> str:
+    """Source of the @triton.jit combine function `name` (see REDUCERS)."""
+    expr = next(c for n, _, c in REDUCERS.values() if n == name).format("a", "b")
+    if expr.startswith("(") and expr.endswith(")"):
+        expr = expr[1:-1]
+    return f"@triton.jit\ndef {name}(a, b):\n    return {expr}\n"
 
 
 def literal(x) -> str:
@@ -165,6 +176,7 @@ class Emitter:
         self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
         self.ops_used: dict[str, None] = {}     # names of the ops this kernel computes, in order
         self.planes: set[str] = set()           # arguments stored as hi/lo planes
+        self.combiners_used: dict[str, None] = {}   # reduction combine functions needed
         self.plane = 0                          # the plane being read
 
     # -- helpers --------------------------------------------------------------------------------
@@ -402,6 +414,7 @@ class Emitter:
         if cols.var in idx_deps:
             raise CannotGenerate(f"{op.name}: reduction result read at a column-dependent index")
         reducer, neutral, combine = REDUCERS[comb[0]]
+        self.combiners_used.setdefault(reducer, None)
         root = self.root
         col_index = ix.unravel(ix.IVar(cols.var), [sizes[d] for d in red])
         p = dict(p)
@@ -415,7 +428,7 @@ class Emitter:
                 fcode = f"tl.broadcast_to({fcode}, {cols.tile})"
             if col_mask:
                 fcode = f"tl.where({col_mask}, {fcode}, {literal(neutral)})"
-            r = self.define(root, f.deps - {cols.var}, f"{reducer}({fcode}, axis=1, "
+            r = self.define(root, f.deps - {cols.var}, f"tl.reduce({fcode}, 1, {reducer}, "
                             f"keep_dims=True)", dtype, f"{op.name} ({comb[0]})", stem="r")
         else:
             acc = self.fresh("acc")
@@ -427,8 +440,8 @@ class Emitter:
             f = self.body_value(op, p, comb[1], loop)
             loop.emit(f"{acc} = tl.where({col_mask}, {combine.format(acc, f.code)}, {acc})")
             loop.close()
-            r = self.define(root, f.deps - {cols.var}, f"{reducer}({acc}, axis=1, keep_dims=True)",
-                            dtype, f"{op.name} ({comb[0]})", stem="r")
+            r = self.define(root, f.deps - {cols.var}, f"tl.reduce({acc}, 1, {reducer}, "
+                            "keep_dims=True)", dtype, f"{op.name} ({comb[0]})", stem="r")
         init_name = op.inits[j]
         init_const = self.init_constant(init_name)
         if init_const is not None and (init_const == neutral or (

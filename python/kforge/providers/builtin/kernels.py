@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kforge.providers.builtin import indexing as ix
 from kforge.providers.builtin.emitter import (TL_DTYPES, TORCH_DTYPES, CannotGenerate,
                                               ColumnSpace, Emitter, KVar, Scope, Val,
-                                              compose, domain_sizes)
+                                              combine_function, compose, domain_sizes)
 from kforge.reference import recognize_contraction
 from kforge.spec import AffineDim, GenericOp, KernelSpec, affine_dims
 
@@ -221,6 +221,7 @@ class _Builder:
         self.split_sums: dict[str, int] = {}
         self.dot_loads: dict[str, set] = {}
         self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes
+        self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
 
     def pointers(self, extra: dict | None = None) -> dict[str, str]:
@@ -240,6 +241,7 @@ class _Builder:
         for t, how in em.loads.items():
             self.dot_loads.setdefault(t, set()).update(how)
         self.math_used |= em.math_used
+        self.combiners.update(em.combiners_used)
         loaded = [a.name for a in self.spec.args if a.name in em.loads]
         loaded += [v for v in self.temporaries if v in em.loads]
         params = [em.pointers[t] for t in loaded]
@@ -408,8 +410,8 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
         root.emit("batch = tl.program_id(1)")
     if split_k > 1:
         root.emit(f"pid_k = tl.program_id({2 if con.batch else 1})")
-    root.emit(f"num_pid_m = tl.cdiv({M}, BLOCK_M)")
-    root.emit(f"num_pid_n = tl.cdiv({N}, BLOCK_N)")
+    root.emit(f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M")
+    root.emit(f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N")
     root.emit("# grouped tile order: GROUP_M row tiles share their B tiles in L2")
     root.emit("group = GROUP_M * num_pid_n")
     root.emit("first_m = (pid // group) * GROUP_M")
@@ -445,7 +447,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     for d, i in zip(con.k, ix.unravel(ix.IVar("kb"), ksizes)):
         p_b[d] = i
     acc_dtype = "f64" if spec.tensor(op.results[0]).dtype == "f64" else "f32"
-    root.emit(f"acc = tl.zeros([BLOCK_M, BLOCK_N], dtype={TL_DTYPES[acc_dtype]})")
+    root.emit(f"acc = tl.full([BLOCK_M, BLOCK_N], 0.0, {TL_DTYPES[acc_dtype]})")
     if split_k > 1:
         header = f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * {split_k}):"
     else:
@@ -692,6 +694,8 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
     if b.math_used and target.math_imports:
         lines.append(target.math_imports)
     lines.append("")
+    for name in b.combiners:
+        lines += ["", combine_function(name)]
     for k in b.kernels:
         lines += ["", k.source()]
     prepared = []
