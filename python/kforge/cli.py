@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:      # stage not present in this build
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):  # stage absent
                 continue
             raise
         module.register(sub)

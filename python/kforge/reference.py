@@ -251,6 +251,11 @@ class _Types:
             return self.float_dtype
         return t
 
+    def of_tensor(self, t: torch.Tensor) -> torch.dtype:
+        if self.float_dtype is not None and t.dtype.is_floating_point:
+            return self.float_dtype
+        return t.dtype
+
 
 def _eval_body(body: Body, env: dict, types: _Types, device, wanted: Sequence[str]) -> list:
     """Evaluate the statements `wanted` depends on; env maps block args to tensors."""
@@ -358,7 +363,7 @@ def recognize_contraction(op: GenericOp, projected: bool = True
 # ---------------------------------------------------------------------------------------------
 # Executing op records
 # ---------------------------------------------------------------------------------------------
-def _resolve_shape(shape, name: str, env) -> list[int]:
+def _resolve_shape(shape, name: str) -> list[int]:
     if any(s is None for s in shape):
         raise UserError(f"{name}: dynamic size without 'dynamic_sizes_from'")
     return list(shape)
@@ -470,15 +475,6 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
     return outs
 
 
-def _types_of_tensor(self: _Types, t: torch.Tensor) -> torch.dtype:
-    if self.float_dtype is not None and t.dtype.is_floating_point:
-        return self.float_dtype
-    return t.dtype
-
-
-_Types.of_tensor = _types_of_tensor  # type: ignore[attr-defined]
-
-
 def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device):
     """Execute one op record; tensor_type(name) -> (shape, dtype string)."""
     if isinstance(op, GenericOp):
@@ -509,7 +505,7 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
         shape, dtype = tensor_type(op.results[0])
         dt = types.of(dtype)
         if op.splat is not None:
-            env[op.results[0]] = torch.full(_resolve_shape(shape, op.results[0], env), op.splat,
+            env[op.results[0]] = torch.full(_resolve_shape(shape, op.results[0]), op.splat,
                                             dtype=dt, device=device)
         else:
             env[op.results[0]] = torch.tensor(op.data, dtype=dt, device=device).reshape(shape)
