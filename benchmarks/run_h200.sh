@@ -2,8 +2,10 @@
 # The H200 benchmark run, for the device machine (torch + triton only: no MLIR, no torch-mlir).
 # Runs from the repository root there, on packages built here by benchmarks/build_packages.sh
 # and carried as .carry/bench:
-#   1. verify (and with TUNE_ROUNDS > 0 tune) the candidate kernels of this call's packages on
-#      the GPU, TUNE_JOBS at a time (python -m kforge.bench.packages --tune);
+#   1. in parallel: verify (and with TUNE_ROUNDS > 0 tune) the candidate kernels of this call's
+#      packages on the GPU, TUNE_JOBS at a time (python -m kforge.bench.packages --tune), and
+#      torch.compile every workload, COMPILE_JOBS at a time, to warm Inductor's caches and
+#      record cold compile times (python -m kforge.bench.precompile; SKIP_PRECOMPILE=1 skips);
 #   2. time PyTorch eager, torch.compile and KForge on each workload, one process per GPU
 #      (kforge bench --shard), checking KForge on fresh inputs;
 #   3. merge the shards.
@@ -18,9 +20,9 @@
 #   SHARD_IDS    the shards this call runs (default: all). With SHARDS > GPUs, run the rest in
 #                later calls and merge here: kforge bench --merge a/bench.json b/bench.json --out DIR
 #   BUDGET_S     no new workload starts after this many seconds from the start (default 520)
-#   TUNE_JOBS    packages verified at a time (default 8); TUNE_ROUNDS (default 0): optimization
+#   TUNE_JOBS    packages verified at a time (default 6); TUNE_ROUNDS (default 0): optimization
 #                rounds per region (>0 times configurations: then TUNE_JOBS = number of GPUs);
-#                TUNE_TIMEOUT per package (default 240 s); SKIP_TUNE=1 skips step 1
+#                TUNE_TIMEOUT per package (default 240 s); SKIP_TUNE=1 skips the tuning
 #   BASELINES    eager,compile (default); BASELINE_PRECISION as-written (default) | matched
 #   EXTRA        more `kforge bench` arguments
 #   TARGET       cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script without a GPU
@@ -59,21 +61,39 @@ SHARDS="${SHARDS:-$NGPU}"
 SHARD_IDS="${SHARD_IDS:-$(seq -s ' ' 0 $((SHARDS - 1)))}"
 SHARD_ARGS=(); for s in $SHARD_IDS; do SHARD_ARGS+=(--shard "$s/$SHARDS"); done
 
-# 1. Verify / tune this call's packages on the device, several at a time.
+# 1. In parallel, on the CPU cores while the GPU is mostly idle: verify (and tune) this call's
+#    packages, TUNE_JOBS at a time, and warm Inductor's caches with a torch.compile of every
+#    workload, COMPILE_JOBS at a time, recording the cold compile times.
 PKG_ARGS=(--packages "$PACKAGES")
+prep=()
 if [ ! -d "$PACKAGES" ]; then
   echo "no package folder $PACKAGES: KForge will be recorded as skipped" | tee -a "$OUT/env.txt"
   PKG_ARGS=(--packages "$WORK/no-packages")
 elif [ "${SKIP_TUNE:-0}" != 1 ] && [ "$TARGET" = cuda ]; then
   ROUNDS="${TUNE_ROUNDS:-0}"
-  JOBS="${TUNE_JOBS:-$([ "$ROUNDS" -gt 0 ] && echo "$NGPU" || echo 8)}"
-  # shellcheck disable=SC2086
-  "$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
-    "${SHARD_ARGS[@]}" --jobs "$JOBS" --gpus "$NGPU" --rounds "$ROUNDS" \
-    --timeout "${TUNE_TIMEOUT:-240}" > "$WORK/tune.log" 2>&1
-  echo "tune phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/tune.log"
-  tail -1 "$WORK/tune.log"
+  JOBS="${TUNE_JOBS:-$([ "$ROUNDS" -gt 0 ] && echo "$NGPU" || echo 6)}"
+  (
+    # shellcheck disable=SC2086
+    "$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
+      "${SHARD_ARGS[@]}" --jobs "$JOBS" --gpus "$NGPU" --rounds "$ROUNDS" \
+      --timeout "${TUNE_TIMEOUT:-240}" > "$WORK/tune.log" 2>&1
+    echo "tune phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/tune.log"
+  ) &
+  prep+=($!)
 fi
+COMPILE_ARGS=()
+if [[ "$BASELINES" == *compile* ]] && [ "${SKIP_PRECOMPILE:-0}" != 1 ]; then
+  (
+    # shellcheck disable=SC2086
+    "$PY" -m kforge.bench.precompile --out "$WORK/compile-times" ${WORKLOADS:-} "${SHARD_ARGS[@]}" \
+      --jobs "${COMPILE_JOBS:-8}" $([ "$TARGET" = cpu ] && echo --smoke) > "$WORK/precompile.log" 2>&1
+    echo "precompile phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/precompile.log"
+  ) &
+  prep+=($!)
+  COMPILE_ARGS=(--compile-times "$WORK/compile-times")
+fi
+for p in "${prep[@]}"; do wait "$p"; done
+tail -qn1 "$WORK/tune.log" "$WORK/precompile.log" 2>/dev/null
 
 # 2. Time. Shard ids go round-robin to the GPUs; each GPU runs its shards one after another.
 pids=()
@@ -87,7 +107,7 @@ for ((g = 0; g < NGPU; g++)); do
       CUDA_VISIBLE_DEVICES=$g "$PY" -m kforge.cli bench ${WORKLOADS:-} --target "$TARGET" \
         --precision "$PRECISION" "${PKG_ARGS[@]}" --baselines "$BASELINES" \
         --baseline-precision "${BASELINE_PRECISION:-as-written}" \
-        --shard "$s/$SHARDS" --deadline "$DEADLINE" --out "$WORK/shard$s" ${EXTRA:-} \
+        --shard "$s/$SHARDS" --deadline "$DEADLINE" --out "$WORK/shard$s" "${COMPILE_ARGS[@]}" ${EXTRA:-} \
         > "$WORK/shard$s.log" 2>&1
       echo "shard $s on GPU $g exited $?" >> "$WORK/shard$s.log"
     done
@@ -97,7 +117,7 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 
 # 3. Merge, and bring back what the next call or the commit needs.
-for f in "$WORK"/tune.log "$WORK"/shard*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }; done > "$OUT/run.log"
+for f in "$WORK"/tune.log "$WORK"/precompile.log "$WORK"/shard*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }; done > "$OUT/run.log"
 shopt -s nullglob
 jsons=("$WORK"/shard*/bench.json)
 if [ ${#jsons[@]} -eq 0 ]; then echo "no shard produced bench.json; see run.log"; tail -50 "$OUT/run.log"; exit 1; fi
@@ -108,5 +128,5 @@ if [ -d "$PACKAGES" ]; then
 fi
 # The end of the output is what the device tool returns: the summary table and any failures.
 sed -n '/^## Summary/,/^fast_p/p' "$OUT/bench.md"
-grep -E "exited|Traceback|Error|tune phase" "$OUT/run.log" | tail -20
+grep -E "exited|Traceback|Error|tune phase|precompile phase" "$OUT/run.log" | tail -20
 echo "total $(($(date +%s) - START)) s"; ls -la "$OUT"

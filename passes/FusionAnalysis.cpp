@@ -345,16 +345,19 @@ std::string FusionCandidateAnalysis::getLabel(Operation *op) {
   // Name the epilogue from its scalar body.
   llvm::StringSet<> names;
   SmallVector<std::string> order;
-  bool constantOperand = false;
+  bool constantOperand = false, zeroOperand = false;
   for (Operation &inner : *linalgOp.getBlock()) {
     if (isa<linalg::YieldOp, linalg::IndexOp, arith::ConstantOp>(inner))
       continue;
     std::string name = inner.getName().stripDialect().str();
     if (names.insert(name).second)
       order.push_back(name);
-    for (Value operand : inner.getOperands())
+    for (Value operand : inner.getOperands()) {
       if (matchPattern(operand, m_Constant()))
         constantOperand = true;
+      if (matchPattern(operand, m_AnyZeroFloat()))
+        zeroOperand = true;
+    }
   }
   auto has = [&](StringRef name) { return names.contains(name); };
   if (has("erf"))
@@ -366,7 +369,9 @@ std::string FusionCandidateAnalysis::getLabel(Operation *op) {
   if (order.size() == 1) {
     StringRef only = order.front();
     if ((only == "maximumf" || only == "maxnumf") && constantOperand)
-      return "relu";
+      return zeroOperand ? "relu" : "clamp_min";
+    if ((only == "minimumf" || only == "minnumf") && constantOperand)
+      return "clamp_max";
     if (only == "addf" || only == "addi")
       return hasBroadcastInput(linalgOp) ? "bias" : "add";
     if (only == "mulf" || only == "muli")
@@ -380,7 +385,7 @@ std::string FusionCandidateAnalysis::getLabel(Operation *op) {
   if ((has("maximumf") || has("maxnumf")) && (has("minimumf") || has("minnumf")))
     return "clamp";
   if (has("cmpf") && has("select"))
-    return has("mulf") ? "leaky_relu" : "relu";
+    return has("mulf") ? "leaky_relu" : (zeroOperand ? "relu" : "clamp");
   if (has("rsqrt") || has("sqrt"))
     return "normalize";
   std::string label;

@@ -1,7 +1,8 @@
 //===- KForgePipeline.cpp - --kforge-pipeline -----------------------------===//
 //
 // The standard cleanups and the KForge passes in order:
-//   canonicalize, cse, linalg-generalize-named-ops, [linalg-fuse-elementwise-ops],
+//   kforge-gathers-to-reshapes, canonicalize, cse, linalg-generalize-named-ops,
+//   [linalg-fuse-elementwise-ops],
 //   kforge-form-regions, kforge-outline-regions, canonicalize, cse, [kforge-export-regions]
 // The trailing cleanups make the pipeline idempotent: a second run changes nothing.
 //
@@ -48,6 +49,7 @@ struct KForgePipelineOptions
 };
 
 void buildKForgePipeline(OpPassManager &pm, const KForgePipelineOptions &options) {
+  pm.addPass(createKForgeGathersToReshapes());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (options.generalize)

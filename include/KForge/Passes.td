@@ -188,4 +188,38 @@ def KForgeLinkKernels : Pass<"kforge-link-kernels", "::mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+def KForgeGathersToReshapes : Pass<"kforge-gathers-to-reshapes", "::mlir::ModuleOp"> {
+  let summary = "Turn gathers with constant indices that only reshape into tensor reshapes";
+  let description = [{
+    torch-mlir writes some views (e.g. the reshape back from groups in GroupNorm) as a
+    `linalg.generic` that gathers with `tensor.extract` at indices read from constant index
+    tensors. When those indices visit the source in row-major order, element for element, the
+    gather is a reshape: this pass replaces it with `tensor.collapse_shape` and
+    `tensor.expand_shape`, which the kernel spec describes and fusion can pull into a region.
+    Other gathers are left alone.
+
+    Before:
+    ```mlir
+    %g = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%i0, %i1 : tensor<2x6xi64>, tensor<2x6xi64>) outs(%e : tensor<2x6xf32>) {
+    ^bb0(%a: i64, %b: i64, %out: f32):
+      %ia = arith.index_cast %a : i64 to index
+      %ib = arith.index_cast %b : i64 to index
+      %v = tensor.extract %src[%ia, %ib] : tensor<3x4xf32>
+      linalg.yield %v : f32
+    } -> tensor<2x6xf32>
+    ```
+    After (when `%i0`, `%i1` hold the row-major positions):
+    ```mlir
+    %flat = tensor.collapse_shape %src [[0, 1]] : tensor<3x4xf32> into tensor<12xf32>
+    %g = tensor.expand_shape %flat [[0, 1]] output_shape [2, 6] : tensor<12xf32> into tensor<2x6xf32>
+    ```
+  }];
+  let options = [
+    Option<"maxElements", "max-elements", "int64_t", /*default=*/"1 << 22",
+           "Largest gather (in elements) whose indices are checked">,
+  ];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+}
+
 #endif // KFORGE_PASSES

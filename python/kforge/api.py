@@ -20,9 +20,10 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
 
     `out`: the package directory (default: a directory in the kernel cache named after the
     model's class, target and policy)."""
+    from kforge.runtime import load_package, use_interpreter
+    use_interpreter(target == "cpu")         # before anything imports triton
     from kforge.cache import KernelCache, default_root
     from kforge.package import RichProgress, compile_model
-    from kforge.runtime import load_package
     from kforge.synth import SynthOptions
     if out is None:
         tag = hashlib.sha256(f"{type(model).__module__}.{type(model).__qualname__}|"

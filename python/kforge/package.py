@@ -236,6 +236,7 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     if dynamic_size:
         second = dynamic_size + 3 if dynamic_size + 3 != dynamic_size else dynamic_size + 1
         options = replace(options, dynamic_sizes=(dynamic_size, second))
+    write_meta(pkg, dynamic_sizes=list(options.dynamic_sizes))   # `kforge tune` checks the same
     sink.start(len(hashes))
     t0 = time.monotonic()
     for h in hashes:
@@ -254,7 +255,8 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
         region_mlir = mlir_path.read_text() if mlir_path.is_file() else ""
         result: RegionResult = synthesize_region(
             spec, options, provider=provider, cache=cache, log_dir=pkg / "regions",
-            region_mlir=region_mlir, work_dir=None, progress=lambda msg, h=h: sink.note(h, msg))
+            region_mlir=region_mlir, work_dir=None, progress=lambda msg, h=h: sink.note(h, msg),
+            on_verified=lambda partial, h=h: _record_entry(pkg, manifest, h, partial, options))
         if result.candidate is not None and result.status in ("verified", "candidate"):
             manifest["kernels"][h] = manifest_entry(pkg, result, options)
         else:
@@ -270,6 +272,11 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     report.stages["link"] = round(time.monotonic() - t1, 3)
     report.elapsed_s = time.monotonic() - started
     return report
+
+
+def _record_entry(pkg: Path, manifest: dict, h: str, result, options) -> None:
+    manifest["kernels"][h] = manifest_entry(pkg, result, options)
+    write_manifest(pkg, manifest)
 
 
 def link_package(pkg: Path) -> tuple[bool, str]:

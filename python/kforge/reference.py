@@ -29,7 +29,7 @@ import torch
 from kforge.errors import UserError
 from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, AffineMap,
                          AffineSymbol, Body, CallStep, ConstantOp, EmptyOp, GenericOp, HostPlan,
-                         KernelSpec, ReshapeOp, affine_text, load_spec)
+                         KernelSpec, OpaqueOp, PadOp, ReshapeOp, affine_text, load_spec)
 
 TORCH_DTYPES = {
     "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
@@ -509,6 +509,16 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
                                             dtype=dt, device=device)
         else:
             env[op.results[0]] = torch.tensor(op.data, dtype=dt, device=device).reshape(shape)
+    elif isinstance(op, PadOp):
+        src = env[op.operands[0]]
+        amounts = []
+        for lo, hi in reversed(list(zip(op.low, op.high))):    # F.pad: last dim first
+            amounts += [lo, hi]
+        env[op.results[0]] = torch.nn.functional.pad(src, amounts, value=op.value)
+    elif isinstance(op, OpaqueOp):
+        first = op.mlir.strip().splitlines()[0] if op.mlir.strip() else op.name
+        raise UserError(f"cannot execute {op.name} (results {', '.join(op.results)}): kforge-opt "
+                        f"exported it as an opaque step, which no runtime executes: {first}")
     else:
         raise UserError(f"the reference cannot execute {type(op).__name__}")
 
@@ -554,6 +564,12 @@ def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
 
     `inputs` are the plan inputs that are not weights, in order; `weights` maps weight names
     (the `weight` field of an input) to tensors."""
+    opaque = [s for s in plan.steps if isinstance(s, OpaqueOp)]
+    if opaque:
+        raise UserError(f"host plan {plan.function}: cannot run: "
+                        + "; ".join(f"{s.name} (results {', '.join(s.results)}) is an opaque step"
+                                    for s in opaque)
+                        + " — kforge-opt could not describe it as a record")
     specs = dict(specs or {})
     kernels = kernels or {}
     env: dict[str, torch.Tensor] = {}
@@ -691,6 +707,9 @@ def reference_source(spec: KernelSpec) -> str:
         elif isinstance(op, EmptyOp):
             lines.append(f"    {op.results[0]} = torch.empty({list(spec.tensor(op.results[0]).shape)})"
                          f"   # {ttype(op.results[0])}, uninitialized")
+        elif isinstance(op, PadOp):
+            lines.append(f"    {op.results[0]} = pad({op.operands[0]}, low={list(op.low)}, "
+                         f"high={list(op.high)}, value={op.value!r})   # {op.name}")
         elif isinstance(op, ConstantOp):
             val = op.splat if op.splat is not None else list(op.data or ())[:8]
             lines.append(f"    {op.results[0]} = constant({val})   # {ttype(op.results[0])}")

@@ -24,11 +24,18 @@ from kforge.package import Package, open_package, read_manifest, write_manifest
 
 
 def use_interpreter(enabled: bool) -> None:
-    """The cpu target runs kernels in the Triton interpreter. TRITON_INTERPRET is read when
-    @triton.jit decorates and again while kernels run, so it is set for the whole process (a
-    process that runs a cpu package runs its Triton kernels in the interpreter)."""
-    if enabled:
-        os.environ["TRITON_INTERPRET"] = "1"
+    """The cpu target runs kernels in the Triton interpreter. Triton reads TRITON_INTERPRET when
+    it defines its own library functions (at import) and when @triton.jit decorates, so it is
+    set for the whole process, and it must be set before triton is first imported."""
+    if not enabled:
+        return
+    os.environ["TRITON_INTERPRET"] = "1"
+    standard = sys.modules.get("triton.language.standard")
+    if standard is not None and type(getattr(standard, "sigmoid", None)).__name__ == \
+            "JITFunction":
+        raise UserError("the Triton interpreter (target cpu) must be on before triton is "
+                        "imported: set TRITON_INTERPRET=1 in the environment, or call "
+                        "kforge.compile/kforge.load before importing triton")
 
 
 def load_kernel_module(path: Path, target: str):
@@ -161,6 +168,7 @@ def load_package(pkg: str | os.PathLike, module: torch.nn.Module | None = None, 
     from kforge.verify import target_available
     package = open_package(pkg)
     target = target or package.target
+    use_interpreter(target == "cpu")
     if not target_available(target):
         raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
                         "device; run it where the device is, or pass --target cpu to run it "
@@ -195,6 +203,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                         "device; run `kforge tune` where the device is")
     manifest = read_manifest(package.root)
     say = progress or (lambda m: None)
+    sizes = tuple(package.meta.get("dynamic_sizes") or SynthOptions().dynamic_sizes)
     results = {}
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
@@ -208,7 +217,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             say(f"tuning region {h}")
             opts = SynthOptions(target=target, precision=package.precision,
                                 provider=provider or entry.get("provider", "builtin"),
-                                rounds=rounds)
+                                rounds=rounds, dynamic_sizes=sizes)
             res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
                                     log_dir=package.root / "regions")
             if res.candidate is not None and res.status == "verified":
@@ -223,7 +232,8 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                 entry.setdefault("verification", {})["status"] = "rejected"
         elif status == "candidate":
             say(f"verifying region {h}")
-            rec = verify_candidate(spec, cand, target, package.precision, measure=True)
+            rec = verify_candidate(spec, cand, target, package.precision, measure=True,
+                                   dynamic_sizes=sizes)
             entry["verification"] = rec.to_json()
             entry["status"] = rec.status
             entry["time_ms"] = rec.time_ms

@@ -186,7 +186,31 @@ class ConstantOp:
     op: str = "constant"
 
 
-OpRecord = Union[GenericOp, ReshapeOp, EmptyOp, ConstantOp]
+@dataclass(frozen=True)
+class PadOp:
+    """`tensor.pad` with static amounts and a constant value:
+    {"op": "pad", "operands": [src], "results": [v], "low": [...], "high": [...], "value": x}."""
+    name: str
+    operands: tuple[str, ...]
+    results: tuple[str, ...]
+    low: tuple[int, ...]
+    high: tuple[int, ...]
+    value: float | int = 0.0
+    op: str = "pad"
+
+
+@dataclass(frozen=True)
+class OpaqueOp:
+    """A host-plan step no record describes (kforge-opt keeps its MLIR text): runtimes refuse
+    to execute it, naming it."""
+    name: str
+    operands: tuple[str, ...]
+    results: tuple[str, ...]
+    mlir: str = ""
+    op: str = "opaque"
+
+
+OpRecord = Union[GenericOp, ReshapeOp, EmptyOp, ConstantOp, PadOp, OpaqueOp]
 
 
 @dataclass(frozen=True)
@@ -429,8 +453,18 @@ class _Reader:
             if data is not None:
                 data = tuple(_number(x, self, f"{where}.data[{i}]") for i, x in enumerate(data))
             return ConstantOp(name, operands, results, splat, data)
+        if kind == "pad":
+            low = self.get(obj, "low", where, list)
+            high = self.get(obj, "high", where, list)
+            for key, amounts in (("low", low), ("high", high)):
+                if not all(isinstance(x, int) and not isinstance(x, bool) for x in amounts):
+                    raise self.fail(f"{where}.{key}", "expected a list of static integers")
+            value = _number(obj.get("value", 0.0), self, f"{where}.value")
+            return PadOp(name, operands, results, tuple(low), tuple(high), value)
+        if kind == "opaque":
+            return OpaqueOp(name, operands, results, self.get(obj, "mlir", where, str, ""))
         raise self.fail(f"{where}.op", f"unknown op record kind {kind!r} "
-                        "(version 1 knows generic, reshape, empty, constant)")
+                        "(version 1 knows generic, reshape, empty, constant, pad, opaque)")
 
     def check_names(self, defined: set[str], ops, results, where_results):
         for i, op in enumerate(ops):
@@ -595,6 +629,13 @@ def _to_dict(obj) -> Any:
         if obj.data is not None:
             d["data"] = [_num_json(x) for x in obj.data]
         return d
+    if isinstance(obj, PadOp):
+        return {"op": "pad", "name": obj.name, "operands": list(obj.operands),
+                "results": list(obj.results), "low": list(obj.low), "high": list(obj.high),
+                "value": _num_json(obj.value)}
+    if isinstance(obj, OpaqueOp):
+        return {"op": "opaque", "name": obj.name, "operands": list(obj.operands),
+                "results": list(obj.results), "mlir": obj.mlir}
     raise TypeError(f"to_json: cannot write {type(obj).__name__}")
 
 

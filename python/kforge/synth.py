@@ -25,8 +25,8 @@ from typing import Callable
 from kforge.cache import CacheEntry, CacheKey, KernelCache
 from kforge.providers.base import (Candidate, Feedback, GenerationRequest, Provider,
                                    ProviderError)
-from kforge.verify import (VerificationRecord, static_check, target_available, target_name,
-                           verify_candidate)
+from kforge.verify import (OracleError, VerificationRecord, static_check, target_available,
+                           target_name, verify_candidate)
 
 FALLBACK_PROVIDER = "builtin"
 
@@ -268,6 +268,7 @@ class _RegionLoop:
         """Until a candidate verifies. Returns why it stopped without one ("" when verified)."""
         feedback: tuple = ()
         last = "the provider produced no candidate"
+        empty = 0
         for r in range(self.opt.functional_rounds):
             reason = self.out_of_budget()
             if reason:
@@ -277,7 +278,11 @@ class _RegionLoop:
             if not cands:
                 self.log.write("empty_round", phase="functional", round=r)
                 last = "the provider produced no candidate"
+                empty += 1
+                if empty >= 2:      # twice nothing to the same request: it has nothing to offer
+                    return f"the provider produced no candidate ({empty} rounds)"
                 continue
+            empty = 0
             fb = []
             for cand in cands:
                 rec = self.verify(cand, measure=self.available)
@@ -324,16 +329,31 @@ class _RegionLoop:
             improved = False
             for cand in cands:
                 rec = self.verify(cand, measure=True)
-                noise = max(self.best_record.time_noise or 0.02, rec.time_noise or 0.02)
-                if rec.verified and rec.time_ms is not None and \
-                        rec.time_ms < self.best_record.time_ms * (1 - noise):
+                if rec.verified and beats(rec, self.best_record):
                     self.log.write("improved", old_ms=self.best_record.time_ms,
-                                   new_ms=rec.time_ms, noise=noise, candidate=cand.id)
+                                   new_ms=rec.time_ms, old_noise=self.best_record.time_noise,
+                                   new_noise=rec.time_noise, candidate=cand.id)
                     self.best, self.best_record, improved = cand, rec, True
             if not improved:
                 self.log.write("stop", phase="optimize",
                                reason="no candidate beat the incumbent by more than the noise")
                 return
+
+
+MIN_GAIN = 0.02     # below 2 % a change is not worth a new kernel, whatever the noise says
+
+
+def beats(new: VerificationRecord, old: VerificationRecord) -> bool:
+    """Is `new` faster than `old` by more than the measured noise? Its typical slow sample
+    (80th percentile) must beat the incumbent's typical fast one (20th percentile), and its
+    median must be at least MIN_GAIN better."""
+    if new.time_ms is None or old.time_ms is None:
+        return False
+    new_hi = new.time_hi_ms if new.time_hi_ms is not None else new.time_ms * (
+        1 + (new.time_noise or 0.0) / 2)
+    old_lo = old.time_lo_ms if old.time_lo_ms is not None else old.time_ms * (
+        1 - (old.time_noise or 0.0) / 2)
+    return new_hi < old_lo and new.time_ms < old.time_ms * (1 - MIN_GAIN)
 
 
 def cache_key(spec, options: SynthOptions, provider_name: str | None = None) -> CacheKey:
@@ -350,11 +370,15 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
                       log_dir: str | Path | None = None, region_mlir: str = "",
                       reference: Callable | None = None, work_dir: str | Path | None = None,
                       progress: Callable[[str], None] | None = None,
-                      incumbent: Candidate | None = None) -> RegionResult:
+                      incumbent: Candidate | None = None,
+                      on_verified: Callable[[RegionResult], None] | None = None
+                      ) -> RegionResult:
     """Run the loop for one region (a kforge.spec.KernelSpec). Never raises for bad kernels;
     raises CacheMiss in cache-only mode, ProviderError if even the builtin provider fails.
     `incumbent`: a kernel to start from (e.g. `kforge tune` on a package's kernel); when it
-    verifies, the functional passes are skipped and only optimization passes run."""
+    verifies, the functional passes are skipped and only optimization passes run.
+    `on_verified(result)`: called as soon as a kernel verifies, before optimization (a package
+    records it then, so an interrupted compile does not redo the region)."""
     start = time.monotonic()
     tname = target_name(options.target)
     available = target_available(tname)
@@ -406,12 +430,18 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
     loop = _RegionLoop(spec, options, provider, log, region_mlir, ref_text, reference,
                        Path(work_dir) if work_dir else None, progress)
     why = ""
-    if incumbent is not None and available:
-        rec = loop.verify(incumbent, measure=True)
-        if rec.verified:
-            loop.best, loop.best_record = incumbent, rec
-    if loop.best is None:
-        why = loop.functional()
+    try:
+        if incumbent is not None and available:
+            rec = loop.verify(incumbent, measure=True)
+            if rec.verified:
+                loop.best, loop.best_record = incumbent, rec
+        if loop.best is None:
+            why = loop.functional()
+    except OracleError as exc:
+        log.write("oracle_error", error=str(exc))
+        return finish(RegionResult(spec.hash, spec.name, "reference", loop.provider_name,
+                                   rounds=loop.rounds, candidates_tried=loop.tried,
+                                   message=f"no kernel can be verified: {exc}"))
 
     def store_key() -> CacheKey:
         # a result the fallback provider produced is not what the requested provider would
@@ -423,6 +453,11 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
     if loop.best is not None and loop.best_record.verified:
         if cache is not None:     # persist as soon as it is correct; tuning may improve it
             cache.put(store_key(), _entry(loop))
+        if on_verified is not None:
+            on_verified(RegionResult(spec.hash, spec.name, "verified", loop.best.provider,
+                                     loop.best, loop.best_record, loop.rounds, loop.tried,
+                                     loop.best_record.time_ms, False,
+                                     time.monotonic() - start))
         loop.optimize()
     status = "reference"
     if loop.best is not None:

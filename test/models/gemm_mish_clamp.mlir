@@ -12,7 +12,7 @@
 // CHECK-LABEL: func.func @main
 // CHECK: call @kforge_region_
 // CHECK: return
-// CHECK-DAG: kforge.fused = {{\[}}"matmul", "bias", "exp", "log1p", "cmpf", "select", "tanh", "mul", "relu"{{\]}}, kforge.hash = "{{[0-9a-f]+}}", kforge.min_bytes = {{[0-9]+}} : i64, kforge.root_kind = "contraction"
+// CHECK-DAG: kforge.fused = {{\[}}"matmul", "bias", "exp", "log1p", "cmpf", "select", "tanh", "mul", "clamp"{{\]}}, kforge.hash = "{{[0-9a-f]+}}", kforge.min_bytes = {{[0-9]+}} : i64, kforge.root_kind = "contraction"
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>

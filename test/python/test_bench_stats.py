@@ -118,3 +118,19 @@ def test_fraction_and_speedup_are_finite_in_markdown():
     md = report.markdown(doc)
     assert "3.00" in md and "nan" not in md.lower() and not math.isnan(
         doc["summary"]["strict"]["all"]["geomean_speedup"])
+
+
+def test_goals_of_issue_6():
+    ws = [_workload("gemm_a", ["gemm"], {"strict": 2.5, "bf16": 9.0}, {"strict": 0.7, "bf16": 0.7}),
+          _workload("gemm_b", ["gemm"], {"strict": 1.8, "bf16": 6.0}, {"strict": 0.7, "bf16": 0.5})]
+    for w in ws:
+        for p in w["policies"]:
+            p["kforge"]["info"] = {"regions_total": 1, "regions_on_kernels": 1}
+    doc = _doc(ws, ("strict", "bf16"))
+    assert report.goals(doc) == []                     # smoke sizes: no goals
+    doc["config"]["scale"] = "full"
+    text = "\n".join(report.goals(doc))
+    assert "| every workload verified (strict) | 2/2 correct, 2 with every region on a kernel | reached |" in text
+    assert "| GEMM suite geomean >= 2x (strict) | 2.12x | reached |" in text     # sqrt(2.5 * 1.8)
+    assert "| GEMM suite geomean >= 8x (bf16) | 7.35x | not reached |" in text   # sqrt(9 * 6)
+    assert "| geomean >= 60% of the roofline floor (bf16) | 59% | not reached |" in text

@@ -75,3 +75,16 @@ def test_smoke_wrapper_for_kforge_compile(tmp_path):
     assert [tuple(t.shape) for t in mod.get_inputs()] == [(s["M"], s["K"])]
     assert mod.get_init_inputs() == [s["K"], s["N"]]
     assert packages.model_file(wl, False, tmp_path) == wl.path
+
+
+def test_cli_list_and_errors(capsys, tmp_path):
+    from kforge.cli import main
+
+    assert main(["bench", "--list", "gemm_*"]) == 0
+    listed = capsys.readouterr().out
+    assert "gemm_bias_relu" in listed and "fuse_softmax_rows" not in listed
+    assert main(["bench", "no_such_workload", "--out", str(tmp_path)]) == 2
+    assert "no workload matches 'no_such_workload'" in capsys.readouterr().err
+    assert main(["bench", "gemm_bias_relu", "--precision", "fp8", "--out", str(tmp_path)]) == 2
+    assert "--precision 'fp8'" in capsys.readouterr().err
+    assert main(["bench", "--merge", str(tmp_path / "missing.json"), "--out", str(tmp_path)]) == 2

@@ -184,3 +184,22 @@ def test_kforge_synth_command(tmp_path):
     assert entry["verification"]["status"] == "verified" and entry["provider"] == "builtin"
     assert (out / entry["source"]).is_file()
     assert (out / "regions" / "a2a2a2a2a2a2a2a2" / "log.jsonl").is_file()
+
+
+class _InterruptWhileOptimizing(fixture_provider.ScriptedProvider):
+    def generate(self, request):
+        if request.phase == "optimize":
+            raise KeyboardInterrupt
+        return super().generate(request)
+
+
+def test_region_is_recorded_before_its_optimization(tmp_path):
+    from kforge.package import compile_regions
+    options = SynthOptions(target="cpu", rounds=1, provider="scripted")
+    with pytest.raises(KeyboardInterrupt):
+        compile_regions(TINY, tmp_path / "pkg", options, weights_path=tiny_weights(tmp_path),
+                        model_path=TINY / "model.py",
+                        provider=_InterruptWhileOptimizing([("good",)] * 2))
+    entries = read_manifest(tmp_path / "pkg")["kernels"]
+    assert len(entries) == 1
+    assert next(iter(entries.values()))["verification"]["status"] == "verified"

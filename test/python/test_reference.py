@@ -102,7 +102,13 @@ def _gn_silu_mean_inputs(g):
     return [x], [h.mean(1, keepdim=True), h]
 
 
+def _conv_pad_inputs(g):
+    x, w = torch.randn(2, 3, 6, 5, generator=g), torch.randn(4, 3, 3, 3, generator=g)
+    return [x, w], [F.relu(F.conv2d(x, w, padding=1))]
+
+
 GROUND_TRUTH = {
+    "conv2d_pad_relu": _conv_pad_inputs,
     "attention": _attention_inputs,
     "group_norm_silu_row_mean": _gn_silu_mean_inputs,
     "group_norm": _group_norm_inputs,
@@ -210,6 +216,13 @@ def test_run_host_plan_calls_kernels_and_reference(tmp_path):
     from kforge.errors import UserError
     with pytest.raises(UserError, match="weight 'bias'"):
         run_host_plan(plan, None, [x], {})
+    # a step kforge-opt could not describe: the plan is refused, naming it
+    plan_doc["steps"].insert(0, {"op": "opaque", "name": "tensor.pad", "operands": ["arg0"],
+                                 "results": ["v9"], "mlir": "%padded = tensor.pad %arg0 ..."})
+    plan_doc["values"].append({"name": "v9", "shape": [6, 12], "dtype": "f32"})
+    (tmp_path / "host_plan.json").write_text(json.dumps(plan_doc))
+    with pytest.raises(UserError, match=r"tensor.pad \(results v9\) is an opaque step"):
+        run_host_plan(load_host_plan(tmp_path / "host_plan.json"), None, [x], {"bias": bias})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,3 +150,21 @@ def test_host_plan(tmp_path):
     p.write_text(json.dumps(doc))
     with pytest.raises(UserError, match=r"host_plan.json: field steps\[1\]\.operands"):
         load_host_plan(p)
+
+
+def test_pad_and_opaque_records():
+    from kforge.spec import OpaqueOp, PadOp
+    spec = load_spec(SPECS / "conv2d_pad_relu.json")
+    pad = spec.ops[0]
+    assert isinstance(pad, PadOp) and pad.low == (0, 0, 1, 1) and pad.value == 0.0
+    assert load_spec(json.loads(to_json(spec))) == spec
+    doc = _plan_doc()
+    doc["steps"].insert(0, {"op": "opaque", "name": "tensor.pad", "operands": ["arg0"],
+                            "results": ["v9"], "mlir": "%p = tensor.pad ..."})
+    doc["values"].append({"name": "v9", "shape": [6, 12], "dtype": "f32"})
+    plan = load_host_plan(doc)
+    assert isinstance(plan.steps[0], OpaqueOp) and plan.steps[0].mlir.startswith("%p")
+    doc = _doc("conv2d_pad_relu")
+    doc["ops"][0]["low"] = [0, 0, "1", 1]
+    with pytest.raises(UserError, match=r"ops\[0\]\.low: expected a list of static integers"):
+        load_spec(doc)

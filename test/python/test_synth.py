@@ -101,3 +101,14 @@ def test_wall_time_budget_stops_the_loop():
                                provider=provider)
     assert result.status == "reference" and "time budget" in result.message
     assert provider.calls == 0
+
+
+def test_noise_gate():
+    from kforge.synth import beats
+    from kforge.verify import VerificationRecord as R
+    old = R("verified", time_ms=10.0, time_lo_ms=9.0, time_hi_ms=20.0, time_noise=1.1)
+    assert beats(R("verified", time_ms=2.0, time_lo_ms=1.9, time_hi_ms=2.5), old)
+    assert not beats(R("verified", time_ms=8.0, time_lo_ms=6.0, time_hi_ms=9.5), old)  # overlap
+    assert not beats(R("verified", time_ms=9.9, time_lo_ms=8.0, time_hi_ms=8.9),
+                     R("verified", time_ms=10.0, time_lo_ms=9.95, time_hi_ms=10.05))  # < 2 %
+    assert not beats(R("verified"), old)

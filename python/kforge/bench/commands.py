@@ -44,6 +44,9 @@ def register(subparsers) -> None:
                    help="as-written (default): baselines run the fp32 model as given, the issue's "
                         "yardstick; matched: also time eager/torch.compile under PyTorch's own mode "
                         "for each policy (TF32 matmuls for tf32, bf16 autocast for bf16)")
+    p.add_argument("--compile-times", type=Path, default=None, metavar="DIR",
+                   help="cold torch.compile times from `python -m kforge.bench.precompile` (which "
+                        "warmed the caches in parallel): reported instead of the warm ones")
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode (default: Inductor's default)")
     p.add_argument("--provider", default="builtin", help="KForge provider when compiling here")
@@ -108,12 +111,20 @@ def run_bench(args) -> int:
     precisions = _split(args.precision, POLICIES, "precision")
     baselines = _split(args.baselines, BASELINES, "baselines")
 
+    if args.target == "cpu":
+        # KForge kernels run in the Triton interpreter, which must be chosen before triton is
+        # first imported (torch imports it lazily, e.g. for FlopCounterMode).
+        os.environ["TRITON_INTERPRET"] = "1"
     import torch
     target = args.target or ("cuda" if torch.cuda.is_available() else "cpu")
     if target == "cuda" and not torch.cuda.is_available():
         raise UserError("--target cuda: no CUDA device visible to PyTorch; use --target cpu")
     if target == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # KForge kernels run in the interpreter
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            raise UserError("--target cpu: triton was imported in this process before "
+                            "TRITON_INTERPRET=1 was set, so its kernels cannot run in the "
+                            "interpreter; run `kforge bench` in a fresh process")
+        os.environ["TRITON_INTERPRET"] = "1"
     return _run(args, selected, target, precisions, baselines, shard)
 
 
@@ -151,7 +162,7 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         target=target, precisions=precisions, scale="smoke" if args.smoke else "full",
         baselines=baselines, provider=args.provider, packages=args.packages, tune=not args.no_tune,
         compile_mode=args.compile_mode,
-        baseline_precision=args.baseline_precision,
+        baseline_precision=args.baseline_precision, compile_times=args.compile_times,
         workdir=out / "work", deadline=_deadline(args, start))
     results = Runner(config, timer, peaks, log=lambda m: print(m, flush=True)).run(selected)
 
@@ -159,8 +170,11 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         "target": target, "precisions": list(precisions), "scale": config.scale,
         "baselines": list(baselines), "provider": args.provider, "shard": shard,
         "compile_mode": args.compile_mode or "default",
+        "compile_times": ("torch.compile compile times: cold, measured by a parallel pre-pass "
+                          "(kforge.bench.precompile) that warmed Inductor's caches"
+                          if args.compile_times else "torch.compile compile times: its first call here"),
         "kforge_source": (f"loaded from {args.packages} (compiled elsewhere; "
-                          f"{'tuned/verified here with `kforge tune`' if config.tune else 'not re-tuned'})"
+                          f"{'candidate kernels verified here first' if config.tune else 'not verified again here'})"
                           if args.packages else "compiled here with kforge.compile"),
         "baseline_precision": args.baseline_precision,
         "baseline_note": "PyTorch eager and torch.compile run the model as written: fp32, TF32 off "

@@ -23,6 +23,8 @@ def environment(target: str) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "target": target,
+        "fp32_matmul": {"allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                        "float32_matmul_precision": torch.get_float32_matmul_precision()},
     }
     try:
         import triton
@@ -188,6 +190,7 @@ def markdown(doc: dict) -> str:
               "faster than the faster baseline; geomean speedup over the correct ones. "
               "`kernels`: regions run by verified kernels / all regions (the rest run their "
               "PyTorch reference, as a package does when no kernel was verified).", ""]
+    lines += goals(doc)
     lines += ["## Per workload", "",
               "| workload | GFLOP | MB | eager ms | compile ms | compile s | policy | kforge ms | status | "
               "kernels | speedup | % floor | baseline % fp32 floor | kforge compile s | max rel err | matched baseline ms | speedup vs matched |",
@@ -226,6 +229,47 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def goals(doc: dict) -> list[str]:
+    """Issue 6's goals, checked against this run (only for full-size runs with both baselines)."""
+    summary, cfg = doc["summary"], doc["config"]
+    if cfg.get("scale") != "full":
+        return []
+    rows = []
+
+    def row(goal, value, ok):
+        rows.append(f"| {goal} | {value} | {'reached' if ok else 'not reached'} |")
+
+    for policy in cfg["precisions"]:
+        s = summary.get(policy, {}).get("all")
+        if s:
+            row(f"every workload verified ({policy})", f"{s['correct']}/{s['workloads']} correct, "
+                f"{s.get('all_regions_on_kernels', 0)} with every region on a kernel",
+                s["correct"] == s["workloads"] and s.get("all_regions_on_kernels") == s["workloads"])
+    for policy, target in (("strict", 2.0), ("bf16", 8.0)):
+        g = summary.get(policy, {}).get("gemm")
+        if g:
+            gm = g["geomean_speedup"]
+            row(f"GEMM suite geomean >= {target:g}x ({policy})", f"{_fmt(gm, '.2f')}x",
+                gm is not None and gm >= target)
+    for policy in cfg["precisions"]:
+        s = summary.get(policy, {}).get("all")
+        if s:
+            fr = s["geomean_roofline_fraction"]
+            row(f"geomean >= 60% of the roofline floor ({policy})",
+                f"{_fmt(None if fr is None else 100 * fr, '.0f')}%", fr is not None and fr >= 0.6)
+    block = next((w for w in doc["workloads"] if "transformer" in (w.get("tags") or [])), None)
+    if block:
+        tc = _ms(_baseline(block, "torch.compile"))
+        for p in block.get("policies", []):
+            k = _ms(p["kforge"]) if p["kforge"]["status"] == "ok" else None
+            row(f"transformer block faster than torch.compile ({p['precision']})",
+                f"kforge {_fmt(k)} ms vs torch.compile {_fmt(tc)} ms",
+                k is not None and tc is not None and k < tc)
+    if not rows:
+        return []
+    return ["## Goals (issue 6)", "", "| goal | measured | |", "|---|---|---|", *rows, ""]
+
+
 # ---------------------------------------------------------------- plot
 
 def plot(doc: dict, path: Path) -> None:
@@ -235,7 +279,7 @@ def plot(doc: dict, path: Path) -> None:
 
     names = [w["name"] for w in doc["workloads"]]
     policies = doc["config"]["precisions"]
-    fig, axes = plt.subplots(2, 1, figsize=(max(10, 0.32 * len(names) * max(1, len(policies))), 10),
+    fig, axes = plt.subplots(2, 1, figsize=(max(10, 0.3 * len(names) + 4), 10),
                              sharex=True)
     width = 0.8 / max(1, len(policies))
     for j, policy in enumerate(policies):
@@ -256,17 +300,17 @@ def plot(doc: dict, path: Path) -> None:
     axes[0].axhline(1.0, color="k", lw=0.8)
     axes[0].set_yscale("log")
     axes[0].set_ylabel("speedup over faster of eager / torch.compile\n(0 = incorrect or missing)")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.002, 1.0))
     axes[1].axhline(100, color="k", lw=0.8, ls="--")
     axes[1].set_ylabel("% of roofline floor (policy peaks)")
-    axes[1].legend(fontsize=8)
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.002, 1.0))
     axes[1].set_xticks(range(len(names)))
     axes[1].set_xticklabels(names, rotation=75, ha="right", fontsize=7)
     env = doc["environment"]
     fig.suptitle(f"KForge bench — {env.get('hardware')} — {env.get('date')} — torch {env.get('torch')}, "
                  f"triton {env.get('triton')} — sizes {doc['config']['scale']}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -4,9 +4,9 @@
 """
 from kforge.verify.policy import POLICIES, PrecisionPolicy, get_policy
 from kforge.verify.static import Violation, static_check
-from kforge.verify.verifier import (VerificationRecord, compare_outputs, device_name,
+from kforge.verify.verifier import (OracleError, VerificationRecord, compare_outputs, device_name,
                                     target_available, target_name, verify_candidate)
 
 __all__ = ["POLICIES", "PrecisionPolicy", "get_policy", "Violation", "static_check",
-           "VerificationRecord", "compare_outputs", "device_name", "target_available",
+           "OracleError", "VerificationRecord", "compare_outputs", "device_name", "target_available",
            "target_name", "verify_candidate"]

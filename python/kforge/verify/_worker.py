@@ -41,6 +41,7 @@ ALLOWED_TORCH = {
     "__len__", "__getitem__", "__format__", "__repr__", "is_floating_point", "get_device",
     "unbind", "split", "chunk", "narrow", "select", "view_as", "reshape_as", "flatten",
     "unflatten", "set_", "dim_order", "is_complex", "type", "requires_grad_",
+    "_set_grad_enabled", "_enter_inference_mode", "_exit_inference_mode",   # no_grad & co.
 }
 
 _state = {"launches": 0, "in_kernel": 0, "watching": False, "ops": []}
@@ -157,6 +158,9 @@ def _describe_error(exc: BaseException) -> dict:
         kind = "compile_error"
     if isinstance(exc, ImportError):
         kind = "forbidden_import" if "kforge sandbox" in str(exc) else "compile_error"
+    if "illegal memory access" in str(exc) or "misaligned address" in str(exc) or \
+            "AcceleratorError" in names:
+        kind = "crash"      # a kernel fault on the device: the context is lost, as in a segfault
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     text = "".join(tb)
     if len(text) > 6000:

@@ -40,7 +40,11 @@ DEFAULT_MEMORY_MB = 12 * 1024
 # Feedback.status for each rejection reason
 _FEEDBACK_STATUS = {"compile_error": "compile_error", "syntax_error": "compile_error",
                     "mismatch": "mismatch", "timeout": "timeout", "crash": "crash",
-                    "verified": "verified"}
+                    "runtime_error": "crash", "verified": "verified"}
+
+
+class OracleError(RuntimeError):
+    """The region's reference itself failed: no candidate can be judged (not its fault)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class VerificationRecord:
     max_rel_err: float | None = None
     time_ms: float | None = None         # median, when timing was asked for
     time_noise: float | None = None      # relative spread of the timing samples
+    time_lo_ms: float | None = None      # 20th and 80th percentiles of the samples
+    time_hi_ms: float | None = None
     elapsed_s: float = 0.0
     checked_at: str = ""
     torch_version: str = torch.__version__
@@ -244,12 +250,13 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
     return _Comparison(True, "", max_abs, max_rel)
 
 
-def _timing_stats(samples: Sequence[float]) -> tuple[float, float]:
+def _timing_stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
+    """(median, relative spread, 20th percentile, 80th percentile) of timing samples."""
     s = sorted(samples)
     median = s[len(s) // 2]
     lo, hi = s[int(0.2 * (len(s) - 1))], s[int(round(0.8 * (len(s) - 1)))]
     noise = max((hi - lo) / median if median > 0 else 0.0, 0.01)
-    return median, noise
+    return median, noise, lo, hi
 
 
 def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *,
@@ -301,8 +308,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     try:
         checks = _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes)
     except Exception as exc:  # the oracle itself failed: not the candidate's fault
-        raise RuntimeError(f"the reference of region {getattr(spec, 'name', '?')} failed: "
-                           f"{exc}") from exc
+        raise OracleError(f"the reference of region {getattr(spec, 'name', '?')} failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
     size_list = []
     for c in checks:
         if c.size not in [s for s, _ in size_list]:
@@ -380,7 +387,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         if len(result["checks"]) != len(checks):
             return record("rejected", "crash", "the worker stopped before finishing all checks",
                           **common)
-        time_ms = noise = None
+        time_ms = noise = lo = hi = None
         timing = result.get("timing")
         if measure and timing:
             outs = torch.load(job_dir / "outputs_timed.pt", weights_only=True)
@@ -389,9 +396,10 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
             if not cmp.ok:
                 return record("rejected", "mismatch", "wrong result while being timed: "
                               + cmp.message, **common)
-            time_ms, noise = _timing_stats(timing["samples_ms"])
+            time_ms, noise, lo, hi = _timing_stats(timing["samples_ms"])
         return record("verified", "", "", max_abs_err=max_abs, max_rel_err=max_rel,
-                      time_ms=time_ms, time_noise=noise, **common)
+                      time_ms=time_ms, time_noise=noise, time_lo_ms=lo, time_hi_ms=hi,
+                      **common)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
 

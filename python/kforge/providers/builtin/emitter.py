@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from kforge.providers.builtin import indexing as ix
 from kforge.reference import _domain_sizes, recognize_combiner
 from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, ConstantOp, EmptyOp,
-                         GenericOp, KernelSpec, ReshapeOp)
+                         GenericOp, KernelSpec, PadOp, ReshapeOp)
 
 
 class CannotGenerate(Exception):
@@ -228,12 +228,40 @@ class Emitter:
                 dtype = self.spec.tensor(name).dtype
                 v = float(op.splat) if dtype.startswith(("f", "b")) else int(op.splat)
                 val = Val(literal(v), frozenset(), dtype, literal=v)
+            elif isinstance(op, PadOp):
+                val = self.padded(op, index, scope)
             elif isinstance(op, EmptyOp):
                 raise CannotGenerate(f"{name} reads an uninitialized tensor")
             else:
                 raise CannotGenerate(f"unsupported op record {op}")
         self.placement(scope, val.deps).cache[key] = val
         return val
+
+    def padded(self, op: PadOp, index: tuple, scope: Scope) -> Val:
+        """A padded tensor at `index`: the source where in bounds (read at a clamped, always
+        valid address), the pad value elsewhere."""
+        src = op.operands[0]
+        shape = self.spec.tensor(src).shape
+        inner_index, conds = [], []
+        for i, lo, hi, size in zip(index, op.low, op.high, shape):
+            j = ix.add(i, ix.const(-lo))
+            if lo or hi:
+                b = ix.bounds(j)
+                code = ix.render(j)
+                if b is None or b[0] < 0:
+                    conds.append(f"({code} >= 0)")
+                if b is None or b[1] > size:
+                    conds.append(f"({code} < {size})")
+                j = ix.clamp(j, 0, size - 1)
+            inner_index.append(j)
+        inner = self.value(src, tuple(inner_index), scope)
+        if not conds:
+            return inner
+        deps = set(inner.deps)
+        for i in index:
+            deps |= ix.variables(i)
+        return self.define(scope, frozenset(deps), f"tl.where({' & '.join(conds)}, {inner.code}, "
+                           f"{literal(op.value)})", inner.dtype, op.name)
 
     def load(self, name: str, index: tuple, scope: Scope) -> Val:
         t = self.spec.tensor(name)

@@ -52,7 +52,22 @@ class IUnravel:
     k: int
 
 
-Index = Union[IVar, IConst, IBin, IUnravel]
+@dataclass(frozen=True)
+class IClamp:
+    """min(max(e, lo), hi): keeps the address of a padded read in bounds."""
+    e: "Index"
+    lo: int
+    hi: int
+
+
+Index = Union[IVar, IConst, IBin, IUnravel, IClamp]
+
+
+def clamp(e: Index, lo: int, hi: int) -> Index:
+    b = bounds(e)
+    if b is not None and b[0] >= lo and b[1] - 1 <= hi:
+        return e
+    return IClamp(e, lo, hi)
 
 ZERO = IConst(0)
 
@@ -91,6 +106,8 @@ def bounds(e: Index) -> tuple[int, int] | None:
         return _RANGES.get().get(e.name)
     if isinstance(e, IUnravel):
         return 0, e.shape[e.k]
+    if isinstance(e, IClamp):
+        return e.lo, e.hi + 1
     a, b = bounds(e.lhs), bounds(e.rhs)
     if a is None or b is None:
         return None
@@ -245,6 +262,8 @@ def variables(e: Index) -> frozenset[str]:
         return variables(e.lhs) | variables(e.rhs)
     if isinstance(e, IUnravel):
         return variables(e.flat)
+    if isinstance(e, IClamp):
+        return variables(e.e)
     return frozenset()
 
 
@@ -262,5 +281,7 @@ def render(e: Index) -> str:
         if e.k != 0:
             code = f"({code} % {e.shape[e.k]})"
         return code
+    if isinstance(e, IClamp):
+        return f"tl.minimum(tl.maximum({render(e.e)}, {e.lo}), {e.hi})"
     sym = {"add": "+", "mul": "*", "floordiv": "//", "mod": "%"}[e.op]
     return f"({render(e.lhs)} {sym} {render(e.rhs)})"

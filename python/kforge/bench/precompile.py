@@ -1,0 +1,96 @@
+"""Warm Inductor's caches in parallel before a timed run, and record cold compile times.
+
+torch.compile spends most of its first call on the CPU (tracing, lowering, compiling Triton
+kernels). On a GPU machine with many cores, compiling every workload in parallel processes
+first, then timing them one at a time, saves most of that wall time: the timed run's compile
+hits the shared caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR). The cold compile time of
+each workload is written to DIR/<workload>.json, and `kforge bench --compile-times DIR`
+reports it instead of the warm one (the report says so).
+
+    python -m kforge.bench.precompile --out /tmp/compile-times --jobs 8 [WORKLOADS] [--shard I/N]
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kforge.bench import workloads as wl_mod
+from kforge.bench.backends import kforge_env
+
+
+def compile_one(name: str, path: Path, out: Path, scale: str, mode: str | None) -> dict:
+    """In this process: build the workload on the GPU and time torch.compile's first call."""
+    import torch
+
+    wl = wl_mod.Workload(name, path)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, inputs = wl.instantiate(scale, device)
+    t0 = time.perf_counter()
+    status, reason = "ok", ""
+    try:
+        compiled = torch.compile(model, mode=mode)
+        with torch.no_grad():
+            compiled(*inputs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:  # recorded; the timed run reports its own failure
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"[:400]
+    record = {"workload": name, "status": status, "reason": reason, "scale": scale,
+              "compile_s": round(time.perf_counter() - t0, 3), "mode": mode or "default",
+              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    (out / f"{name}.json").write_text(json.dumps(record) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kforge.bench.precompile", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("workloads", nargs="*")
+    p.add_argument("--out", type=Path, required=True, help="folder for <workload>.json records")
+    p.add_argument("--jobs", type=int, default=8)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--compile-mode", default=None)
+    p.add_argument("--shard", action="append", default=[], metavar="I/N")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)   # internal: one workload
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    scale = "smoke" if args.smoke else "full"
+    selected = wl_mod.discover(args.workloads)
+    if args.one:
+        wl = next(w for w in selected if w.name == args.one)
+        return 0 if compile_one(wl.name, wl.path, args.out, scale, args.compile_mode)["status"] == "ok" else 1
+    if args.shard:
+        chosen = []
+        for sh in args.shard:
+            i, n = (int(x) for x in sh.split("/"))
+            chosen += [w for w in wl_mod.shard(selected, i, n) if w not in chosen]
+        selected = chosen
+
+    def run(w):
+        cmd = [sys.executable, "-m", "kforge.bench.precompile", str(w.path), "--one", w.name,
+               "--out", str(args.out)] + (["--smoke"] if args.smoke else []) + \
+              (["--compile-mode", args.compile_mode] if args.compile_mode else [])
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                  env=kforge_env())
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+        return w.name, rc, time.perf_counter() - t0
+
+    print(f"precompiling {len(selected)} workloads with torch.compile, {args.jobs} at a time", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for name, rc, wall in pool.map(run, selected):
+            print(f"  {name:42s} rc={rc} {wall:6.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
