@@ -22,7 +22,10 @@
 #   BUDGET_S     no new workload starts after this many seconds from the start (default 520)
 #   TUNE_JOBS    packages verified at a time (default 6); TUNE_ROUNDS (default 0): optimization
 #                rounds per region (>0 times configurations: then TUNE_JOBS = number of GPUs);
-#                TUNE_TIMEOUT per package (default 240 s); SKIP_TUNE=1 skips the tuning
+#                TUNE_TIMEOUT per package (default 180 s); SKIP_TUNE=1 skips the tuning
+#   PREP_S       no tuning or precompile job starts after this many seconds (default 200); what
+#                is left is done by the timed run itself (tuning) or measured there (compile)
+#   COMPILE_JOBS torch.compile pre-pass processes (default 8)
 #   BASELINES    eager,compile (default); BASELINE_PRECISION as-written (default) | matched
 #   EXTRA        more `kforge bench` arguments
 #   TARGET       cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script without a GPU
@@ -44,6 +47,7 @@ BUDGET_S="${BUDGET_S:-520}"
 BASELINES="${BASELINES:-eager,compile}"
 TARGET="${TARGET:-cuda}"
 DEADLINE=$((START + BUDGET_S))
+PREP_DEADLINE=$((START + ${PREP_S:-200}))
 WORK="$(mktemp -d /tmp/kforge-bench.XXXX)"
 
 {
@@ -76,7 +80,7 @@ elif [ "${SKIP_TUNE:-0}" != 1 ] && [ "$TARGET" = cuda ]; then
     # shellcheck disable=SC2086
     "$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
       "${SHARD_ARGS[@]}" --jobs "$JOBS" --gpus "$NGPU" --rounds "$ROUNDS" \
-      --timeout "${TUNE_TIMEOUT:-240}" > "$WORK/tune.log" 2>&1
+      --timeout "${TUNE_TIMEOUT:-180}" --deadline "$PREP_DEADLINE" > "$WORK/tune.log" 2>&1
     echo "tune phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/tune.log"
   ) &
   prep+=($!)
@@ -86,7 +90,8 @@ if [[ "$BASELINES" == *compile* ]] && [ "${SKIP_PRECOMPILE:-0}" != 1 ]; then
   (
     # shellcheck disable=SC2086
     "$PY" -m kforge.bench.precompile --out "$WORK/compile-times" ${WORKLOADS:-} "${SHARD_ARGS[@]}" \
-      --jobs "${COMPILE_JOBS:-8}" $([ "$TARGET" = cpu ] && echo --smoke) > "$WORK/precompile.log" 2>&1
+      --jobs "${COMPILE_JOBS:-8}" --timeout 180 --deadline "$PREP_DEADLINE" \
+      $([ "$TARGET" = cpu ] && echo --smoke) > "$WORK/precompile.log" 2>&1
     echo "precompile phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/precompile.log"
   ) &
   prep+=($!)

@@ -11,6 +11,7 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <queue>
@@ -198,7 +199,7 @@ FusionRole FusionCandidateAnalysis::getRole(Operation *op) {
 /// True for values computed from model parameters (function arguments marked
 /// `kforge.weight`) and constants alone, such as the scale of an inference batch norm.
 static bool isWeightDerived(Value value, unsigned depth) {
-  if (depth > 16)
+  if (depth > 8)
     return false;
   if (getWeightName(value) || matchPattern(value, m_Constant()))
     return true;
@@ -215,10 +216,13 @@ static bool isWeightDerived(Value value, unsigned depth) {
   FusionRole role = FusionCandidateAnalysis::getRole(def);
   if (role != FusionRole::Elementwise && role != FusionRole::Cheap)
     return false;
+  llvm::SmallPtrSet<void *, 8> seen;
   for (OpOperand &operand : def->getOpOperands()) {
     // An init the body does not read only gives the shape.
     if (linalgOp.isDpsInit(&operand) &&
         !linalgOp.payloadUsesValueFromOperand(&operand))
+      continue;
+    if (!seen.insert(operand.get().getAsOpaquePointer()).second)
       continue;
     if (!isWeightDerived(operand.get(), depth + 1))
       return false;
@@ -497,6 +501,9 @@ bool FusionCandidateAnalysis::externalOperandsOk(Value value, unsigned groupId,
                                                  Operation *candidate,
                                                  int64_t pos,
                                                  unsigned depth) const {
+  // Within one query the answer for a value does not change: check each value once.
+  if (!checked.insert(value).second)
+    return true;
   Operation *def = value.getDefiningOp();
   if (def && (def == candidate || (groupOf.count(def) &&
                                    groupOf.lookup(def) == groupId &&
@@ -526,6 +533,7 @@ bool FusionCandidateAnalysis::canAdd(unsigned groupId, Operation *op) {
 
   llvm::SetVector<Value> used;
   getUsedValues(op, used);
+  checked.clear();
   for (Value value : used)
     if (!externalOperandsOk(value, groupId, op, newPosition, 0))
       return false;

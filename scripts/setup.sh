@@ -12,9 +12,14 @@ cd "$ROOT"
 
 EXAMPLE="${1:-examples/mlp_gelu.py}"
 OUT="out/$(basename "$EXAMPLE" .py)"
+# Target: cuda when a GPU is visible, else the Triton interpreter on the CPU.
+TARGET="$(python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')"
 
-log "main job: kforge import $EXAMPLE -o $OUT/model.mlir --print"
+log "main job 1/3: kforge import $EXAMPLE -o $OUT/model.mlir --print   (linalg IR)"
 kforge import "$EXAMPLE" -o "$OUT/model.mlir" --print
-log "main job: kforge regions $OUT/model.mlir -o $OUT/regions"
+log "main job 2/3: kforge regions $OUT/model.mlir   (fusion regions and their statistics)"
 kforge regions "$OUT/model.mlir" -o "$OUT/regions"
+log "main job 3/3: kforge compile $EXAMPLE --target $TARGET --provider builtin, then kforge run --check"
+kforge compile "$EXAMPLE" -o "$OUT/pkg" --target "$TARGET" --provider builtin --precision strict
+kforge run "$OUT/pkg" --check
 log "done. Next: source .venv/bin/activate; kforge --help; build/bin/kforge-opt --help"

@@ -27,6 +27,7 @@
 #include "mlir/IR/Block.h"
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -117,6 +118,8 @@ private:
   llvm::DenseMap<Operation *, int64_t> position;
   llvm::DenseMap<Operation *, unsigned> groupOf;
   llvm::DenseMap<Operation *, FusionRole> roles;
+  /// Values already found available in the current canAdd query.
+  mutable llvm::DenseSet<Value> checked;
   SmallVector<Group> work;
   SmallVector<FusionGroup> groups;
 };

@@ -135,6 +135,9 @@ def cmd_run(args) -> int:
             raise UserError(f"{args.package}: no --inputs given and the package has no model "
                             "source to take get_inputs() from")
         _, inputs = load_model_file(path, with_model=False)
+    if args.report and (package.root / "report.json").is_file():
+        from kforge.package import print_report
+        print_report(json.loads((package.root / "report.json").read_text()))
     t = time.monotonic()
     model = load_package(args.package, target=target, tune=not args.no_tune,
                          use_kernels=not args.reference_only)
@@ -229,6 +232,8 @@ def register(subparsers) -> None:
     p.add_argument("--reference-only", action="store_true",
                    help="run every region by its reference (for comparisons)")
     p.add_argument("--output", default=None, help="save the outputs (torch.save) here")
+    p.add_argument("--report", action="store_true",
+                   help="print the package's region report (kernels, verification, times)")
     p.set_defaults(func=cmd_run)
 
     p = subparsers.add_parser(

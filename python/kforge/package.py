@@ -245,7 +245,8 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
         sink.region(h, spec)
         if reusable_entry(pkg, entry, options):
             row = {"hash": h, "name": spec.name, "status": entry["status"],
-                   "provider": entry["provider"], "rounds": 0, "candidates_tried": 0,
+                   "provider": entry["provider"], "rounds": entry.get("rounds", 0),
+                   "candidates_tried": 0,
                    "time_ms": entry.get("time_ms"), "from_cache": False, "resumed": True,
                    "elapsed_s": 0.0, "message": "", "verification": entry["verification"]}
             report.regions.append(_region_row(spec, row))
@@ -366,8 +367,8 @@ def _fmt_ms(v) -> str:
 def report_rows(report: dict) -> list[list[str]]:
     rows = []
     for r in report["regions"]:
-        how = "resumed" if r.get("resumed") else "cache" if r.get("from_cache") else \
-            str(r.get("rounds", 0))
+        how = str(r.get("rounds", 0)) + (" (resumed)" if r.get("resumed") else
+                                          " (cache)" if r.get("from_cache") else "")
         rows.append([r["hash"], r.get("root_kind", ""), "+".join(r.get("fused", [])),
                      r.get("provider", ""), how, r["status"], _fmt_err(r.get("max_abs_err")),
                      _fmt_ms(r.get("time_ms")), f"{r.get('elapsed_s', 0):.1f}"])

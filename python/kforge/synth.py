@@ -58,7 +58,7 @@ class RegionResult:
     provider: str
     candidate: Candidate | None = None
     record: VerificationRecord | None = None
-    rounds: int = 0                     # generate calls made (0 when served from the cache)
+    rounds: int = 0                     # generate calls made (by the original run, if cached)
     candidates_tried: int = 0
     time_ms: float | None = None
     from_cache: bool = False
@@ -403,7 +403,7 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
             if entry.status == "verified" or not available:
                 log.write("cache_hit", key=key.digest, status=entry.status)
                 return finish(RegionResult(spec.hash, spec.name, entry.status, entry.provider,
-                                           cand, rec, 0, 0, entry.time_ms, True))
+                                           cand, rec, entry.rounds, 0, entry.time_ms, True))
             # a candidate generated elsewhere, and its device is here now: verify it
             rec = verify_candidate(spec, cand, tname, options.precision, reference=reference,
                                    seeds=options.seeds, dynamic_sizes=options.dynamic_sizes,

@@ -14,6 +14,19 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO_ROOT / "python"
 
+# No GPU here: in-process Triton kernels run on the interpreter. It must be chosen before
+# anything imports triton (some triton.language helpers are bound at import time).
+def _has_cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+if not _has_cuda():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # Tests run against the sources, whether or not kforge is installed (editable) in the venv.
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))

@@ -124,7 +124,7 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
                   "compile_s": round(wall + shared_s, 2),
                   "regions_from": str(first_ok) if first_ok else None,
                   "command": " ".join(cmd), "log_tail": log.strip().splitlines()[-15:],
-                  "stripped": [] if keep_weights or rc != 0 else strip_weights(package)}
+                  "stripped": [] if keep_weights or not package.is_dir() else strip_weights(package)}
         record_path.write_text(json.dumps(record, indent=1) + "\n")
         records.append(record)
         if rc == 0 and first_ok is None:
@@ -173,19 +173,28 @@ def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = Non
 
 
 def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds: int,
-             gpus: int = 0) -> int:
+             gpus: int = 0, deadline: float | None = None) -> int:
     """Tune packages `jobs` at a time; with gpus > 0, job i runs on GPU i % gpus. With
     rounds > 0 the tuner times configurations, so give each GPU one job (jobs = gpus)."""
     packages = [out / p / w.name for p in policies for w in selected if (out / p / w.name).is_dir()]
     print(f"tuning {len(packages)} packages, {jobs} at a time"
           + (f" over {gpus} GPUs" if gpus else ""), flush=True)
     failed = 0
+
+    def job(i, pkg):
+        if deadline is not None and time.time() > deadline:
+            return {"returncode": None, "tune_s": 0.0, "regions": {}, "skipped": "deadline"}
+        return tune_one(pkg, timeout_s, rounds, i % gpus if gpus else None)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(tune_one, pkg, timeout_s, rounds, i % gpus if gpus else None): pkg
-                   for i, pkg in enumerate(packages)}
+        futures = {pool.submit(job, i, pkg): pkg for i, pkg in enumerate(packages)}
         for fut in concurrent.futures.as_completed(futures):
             rec = fut.result()
             pkg = futures[fut]
+            if rec.get("skipped"):
+                print(f"{pkg.parent.name:6s} {pkg.name:42s} not started (deadline): the bench "
+                      "verifies it in its own process", flush=True)
+                continue
             failed += rec["returncode"] != 0
             states = ", ".join(f"{v}" for v in rec["regions"].values()) or "nothing to verify"
             print(f"{pkg.parent.name:6s} {pkg.name:42s} rc={rec['returncode']} {rec['tune_s']:6.1f}s  {states}",
@@ -222,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --tune: optimization rounds per region (`kforge tune --rounds`)")
     p.add_argument("--gpus", type=int, default=0,
                    help="with --tune: spread the jobs over this many GPUs (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
+                   help="with --tune: start no package after this time (seconds since the epoch)")
     p.add_argument("--shard", action="append", default=[], metavar="I/N",
                    help="only the workloads of shard I of N, as `kforge bench --shard` cuts them "
                         "(repeatable)")
@@ -239,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = [x for x in args.precision.split(",") if x]
     if args.tune:
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,
-                             args.gpus) else 0
+                             args.gpus, args.deadline) else 0
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="kforge-bench-pkg-") as tmp, \

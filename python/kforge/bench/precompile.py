@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--compile-mode", default=None)
     p.add_argument("--shard", action="append", default=[], metavar="I/N")
-    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--timeout", type=float, default=300.0, help="limit per workload, seconds")
+    p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
+                   help="start no workload after this time (seconds since the epoch)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)   # internal: one workload
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         selected = chosen
 
     def run(w):
+        if args.deadline is not None and time.time() > args.deadline:
+            return w.name, "not started (deadline)", 0.0
         cmd = [sys.executable, "-m", "kforge.bench.precompile", str(w.path), "--one", w.name,
                "--out", str(args.out)] + (["--smoke"] if args.smoke else []) + \
               (["--compile-mode", args.compile_mode] if args.compile_mode else [])
