@@ -56,6 +56,16 @@ static bool isSmallTensorConstant(arith::ConstantOp constant) {
   return dense.isSplat() || type.getNumElements() <= 4096;
 }
 
+bool FusionCandidateAnalysis::isSupportedPad(tensor::PadOp pad) {
+  if (!isRankedTensor(pad.getSource().getType()) ||
+      !isRankedTensor(pad.getResult().getType()))
+    return false;
+  if (!pad.getLow().empty() || !pad.getHigh().empty())
+    return false; // dynamic amounts
+  Value padding = pad.getConstantPaddingValue();
+  return padding && matchPattern(padding, m_Constant());
+}
+
 void FusionCandidateAnalysis::getUsedValues(Operation *op,
                                             llvm::SetVector<Value> &values) {
   op->walk([&](Operation *nested) {
@@ -178,6 +188,8 @@ FusionRole FusionCandidateAnalysis::getRole(Operation *op) {
   if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op))
     return isRankedTensor(op->getOperand(0).getType()) ? FusionRole::Reshape
                                                        : FusionRole::Outside;
+  if (auto pad = dyn_cast<tensor::PadOp>(op))
+    return isSupportedPad(pad) ? FusionRole::Cheap : FusionRole::Outside;
   if (auto empty = dyn_cast<tensor::EmptyOp>(op))
     return isRankedTensor(empty.getType()) ? FusionRole::Cheap : FusionRole::Outside;
   if (isa<tensor::DimOp>(op))

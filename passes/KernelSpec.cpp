@@ -187,6 +187,8 @@ public:
       return emptyRecord(empty, why);
     if (auto constant = dyn_cast<arith::ConstantOp>(op))
       return constantRecord(constant, why);
+    if (auto pad = dyn_cast<tensor::PadOp>(op))
+      return padRecord(pad, why);
     why = "the kernel spec has no record for '" + op->getName().getStringRef().str() + "'";
     return failure();
   }
@@ -469,6 +471,35 @@ private:
                         {"operands", std::move(operands)},
                         {"results", std::move(results)},
                         {"reassociation", std::move(groups)}};
+  }
+
+  FailureOr<json::Object> padRecord(tensor::PadOp pad, std::string &why) {
+    if (!FusionCandidateAnalysis::isSupportedPad(pad)) {
+      why = "a 'tensor.pad' with dynamic amounts or a computed padding value";
+      return failure();
+    }
+    Attribute padding;
+    (void)matchPattern(pad.getConstantPaddingValue(), m_Constant(&padding));
+    std::optional<json::Value> value = scalarJson(padding);
+    if (!value) {
+      why = "a 'tensor.pad' whose padding value is not a scalar number";
+      return failure();
+    }
+    json::Array low, high, operands, results;
+    for (int64_t amount : pad.getStaticLow())
+      low.push_back(amount);
+    for (int64_t amount : pad.getStaticHigh())
+      high.push_back(amount);
+    if (failed(operandNamesImpl(pad, pad.getSource(), operands, why)) ||
+        failed(defineResults(pad, results, why)))
+      return failure();
+    return json::Object{{"op", "pad"},
+                        {"name", "tensor.pad"},
+                        {"operands", std::move(operands)},
+                        {"results", std::move(results)},
+                        {"low", std::move(low)},
+                        {"high", std::move(high)},
+                        {"value", std::move(*value)}};
   }
 
   FailureOr<json::Object> emptyRecord(tensor::EmptyOp empty, std::string &why) {

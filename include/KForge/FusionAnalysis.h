@@ -24,6 +24,7 @@
 
 #include "KForge/LinalgOpInfo.h"
 
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Block.h"
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/DenseMap.h"
@@ -88,6 +89,9 @@ public:
   /// and all the ops it needs are cheap), with tensors it reads from outside becoming region
   /// inputs. Scalars that cannot be recomputed cannot cross into a region.
   static bool isCloneable(Value value, bool fuseProducers);
+
+  /// A tensor.pad the kernel spec describes: static amounts, a constant padding value.
+  static bool isSupportedPad(tensor::PadOp pad);
 
   /// A short label for reports ("matmul", "bias", "relu", "reduce_sum", ...).
   static std::string getLabel(Operation *op);

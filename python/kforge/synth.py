@@ -156,7 +156,7 @@ class _RegionLoop:
         self.tried = 0
         self.best: Candidate | None = None
         self.best_record: VerificationRecord | None = None
-        self.floor_ms = None
+        self.floor_ms = self._floor_ms()
         self.provider_name = getattr(provider, "name", None) or options.provider \
             if provider is not None else options.provider
         self.provider = provider
@@ -167,6 +167,14 @@ class _RegionLoop:
             except ProviderError as exc:
                 self._fall_back(exc)
         self._bind_tools()
+
+    def _floor_ms(self) -> float | None:
+        """The region's roofline floor on this target (for the analysis and the feedback)."""
+        target = self._target_object()
+        floor = getattr(target, "floor_ms", None)
+        if not callable(floor) or not (self.spec.flops or self.spec.min_bytes):
+            return None
+        return floor(self.spec.flops, self.spec.min_bytes, self.opt.precision)
 
     # -- provider management ----------------------------------------------------------------
     def _fall_back(self, exc: Exception) -> None:

@@ -430,3 +430,31 @@ func.func private @kforge_region_0123456789abcdef(%a: tensor<4x8xf32>, %b: tenso
   %m = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%c : tensor<4x4xf32>) -> tensor<4x4xf32>
   return %m : tensor<4x4xf32>
 }
+
+// -----
+
+// A convolution's static zero padding is recomputed inside its region, which reads the
+// unpadded input; a pad with a dynamic amount stays outside.
+// CHECK-LABEL: func.func @padded_conv
+// CHECK-SAME: (%[[X:.*]]: tensor<1x3x8x8xf32>, %[[W:.*]]: tensor<4x3x3x3xf32>, %[[N:.*]]: index)
+// CHECK: kforge.fusion_region "convolution" ({{.*}}%[[X]]{{.*}})
+// CHECK:   tensor.pad %{{.*}} low[0, 0, 1, 1] high[0, 0, 1, 1]
+// CHECK:   linalg.conv_2d_nchw_fchw
+// CHECK: kforge.yield
+// CHECK: tensor.pad %[[X]] low[0, 0, 0, 0] high[0, 0, %[[N]], 0]
+func.func @padded_conv(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %n: index) -> (tensor<1x4x8x8xf32>, tensor<1x3x?x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %zero : f32
+  } : tensor<1x3x8x8xf32> to tensor<1x3x10x10xf32>
+  %e = tensor.empty() : tensor<1x4x8x8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%p, %w : tensor<1x3x10x10xf32>, tensor<4x3x3x3xf32>) outs(%f : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %q = tensor.pad %x low[0, 0, 0, 0] high[0, 0, %n, 0] {
+  ^bb0(%a: index, %b: index, %c2: index, %d: index):
+    tensor.yield %zero : f32
+  } : tensor<1x3x8x8xf32> to tensor<1x3x?x8xf32>
+  return %c, %q : tensor<1x4x8x8xf32>, tensor<1x3x?x8xf32>
+}

@@ -159,8 +159,13 @@ def test_device_targets_generate_their_own_code(target):
     compile(src, "candidate.py", "exec")
     s = spec("matmul_bias_relu")
     cands = candidates(s, target, "strict")
-    assert "part = tl.dot(a_hi, b_hi, part, input_precision=\"tf32\")" in cands[0].source
-    assert "torch.stack([hi, w - hi])" in cands[0].source
+    # fp16x3 first: fp16 tensor-core products of power-of-two-scaled hi/lo planes
+    assert cands[0].config["input_precision"] == "fp16x3"
+    assert "part = tl.dot(a_hi, b_hi, part)" in cands[0].source
+    assert "_split_a[" in cands[0].source and "torch.frexp" in cands[0].source
+    tf32x3 = next(c for c in cands if c.config["input_precision"] == "3xtf32")
+    assert "part = tl.dot(a_hi, b_hi, part, input_precision=\"tf32\")" in tf32x3.source
+    assert "torch.stack([hi, w - hi])" in tf32x3.source
     for c in cands:
         compile(c.source, "candidate.py", "exec")
         if target == "cuda":    # Hopper wgmma needs BLOCK_M % 64 == 0 and 4 or 8 warps
@@ -290,3 +295,88 @@ def test_builtin_kernels_on_real_exports(name, precision, tmp_path):
     expected = expected if isinstance(expected, tuple) else (expected,)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, atol=TOL[precision], rtol=TOL[precision])
+
+
+# ---------------------------------------------------------------------------------------------
+# fp16x3 (strict): power-of-two scaled fp16 hi/lo planes, three fp16 products per K step
+# ---------------------------------------------------------------------------------------------
+def _fp16x3(name, target="cpu"):
+    return next(c for c in candidates(spec(name), target, "strict")
+                if c.config.get("input_precision") == "fp16x3")
+
+
+def test_fp16x3_is_offered_first_on_gpus_and_last_in_the_interpreter():
+    s = spec("matmul_bias_relu")
+    cuda = config_space(s, "cuda", "strict")
+    assert cuda[0]["input_precision"] == "fp16x3"
+    fp16 = [c for c in cuda if c["input_precision"] == "fp16x3"]
+    # 2-byte tiles; at most 64 accumulator values a thread (acc + part fit in registers)
+    assert all(c["BLOCK_K"] == 64 and c["BLOCK_M"] * c["BLOCK_N"] <= 64 * 32 * c["num_warps"]
+               for c in fp16)
+    assert all(2 * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 * c["num_stages"]
+               <= 220 * 1024 for c in fp16)
+    assert {c["input_precision"] for c in cuda} == {"fp16x3", "3xtf32", "tf32x3", "bf16x6"}
+    assert config_space(s, "cpu", "strict")[-1]["input_precision"] == "fp16x3"
+    for precision in ("tf32", "bf16"):
+        assert all(c.get("input_precision") != "fp16x3"
+                   for c in config_space(s, "cuda", precision))
+    # small M: split-K first, also for fp16x3
+    small = [c for c in candidates(s, "cpu", "strict") if c.config["input_precision"] == "fp16x3"]
+    assert any(c.config["SPLIT_K"] > 1 for c in small)
+
+
+def test_fp16x3_prepare_weights_scales_each_output_column(tmp_path):
+    cand = _fp16x3("matmul_bias_relu")
+    module = load_candidate(cand.source, tmp_path / "fp16x3_prep.py")
+    w = torch.randn(12, 16, dtype=torch.float64)
+    w = (w * torch.logspace(-20, 20, 12, dtype=torch.float64)[:, None]).float()
+    w[3] = 0.0                                              # a zero column of the product
+    out = module.prepare_weights({1: w, 2: torch.randn(12)})
+    p = out[1]
+    assert p.dtype == torch.float16 and p.shape == (2 * 12 * 16 + 12,)
+    hi, lo = p[:192].view(12, 16).float(), p[192:384].view(12, 16).float()
+    e = p[384:].float()                                     # e - 15 per output column
+    assert torch.equal(e, e.round())
+    assert hi.abs().max() <= 2 ** 15 and torch.isfinite(hi).all() and torch.isfinite(lo).all()
+    back = (hi.double() + lo.double()) * torch.pow(2.0, e.double())[:, None]
+    rel = (back - w.double()).abs() / w.double().abs().amax(1, keepdim=True).clamp_min(1e-300)
+    assert rel.max() < 2 ** -21
+    assert out[2].dtype == torch.float32                    # the bias is untouched
+
+
+def test_fp16x3_survives_rows_and_columns_decades_apart(tmp_path):
+    """Rows of A and columns of W from 1e-30 to 1e30, a zero row and a zero column: each output
+    stays within fp32 accuracy of the fp64 result (relative to sum |a||w|)."""
+    s = spec("matmul_bias_relu")
+    module = load_candidate(_fp16x3("matmul_bias_relu").source, tmp_path / "fp16x3_range.py")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, generator=g, dtype=torch.float64)
+    x *= torch.tensor([1e-30, 1e-12, 1e-3, 1.0, 0.0, 1e3, 1e12, 1e30], dtype=torch.float64)[:, None]
+    x[2, ::2] *= 1e-6                                      # small entries beside large ones
+    w = torch.randn(12, 16, generator=g, dtype=torch.float64)
+    w *= torch.logspace(-6, 6, 12, dtype=torch.float64)[:, None]
+    w[5] = 0.0
+    b = torch.zeros(12, dtype=torch.float64)
+    expected = torch.relu(x @ w.T + b)
+    bound = x.abs() @ w.abs().T
+    got, = run_candidate(module, s, [x.float(), w.float(), b.float()])
+    assert torch.isfinite(got).all()
+    err = (got.double() - expected).abs()
+    assert (err <= 1e-6 * bound + 1e-300).all(), (err / bound.clamp_min(1e-300)).max()
+    assert (got[4] == 0).all() and (got[:, 5] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_relu", "conv2d_bias", "bmm_scale_softmax",
+                                  "linear_gelu_layer_norm_softmax"])
+def test_fp16x3_on_the_verifiers_inputs(name, tmp_path):
+    """kforge.verify.inputs: mixed signs, magnitudes over decades, three per-seed scales."""
+    from kforge.verify.inputs import make_inputs, signature_of
+    s = spec(name)
+    module = load_candidate(_fp16x3(name).source, tmp_path / f"fp16x3_{name}.py")
+    ref = reference_fn(s, dtype=torch.float64)
+    for seed in (0, 1, 2):
+        args = make_inputs(signature_of(s), seed, 0)
+        expected = ref(*args)
+        got = run_candidate(module, s, args)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g.double(), e.double(), atol=1e-4, rtol=1e-4)

@@ -139,7 +139,24 @@ def _uses_wgmma(module) -> bool | None:
     return None
 
 
-def evaluate(name, eager, spec_path, precision, max_configs, workdir: Path, scale=1.0):
+def _mixed_errors(module, spec, eager, ref64, device, seeds=(0, 1, 2)):
+    """Error over the 1e-4 tolerance of the candidate and of eager fp32, both against the fp64
+    reference, on the verifier's own inputs (kforge.verify.inputs: mixed signs, magnitudes
+    over two decades times a per-seed scale): the candidate should not be worse than eager."""
+    from kforge.verify.inputs import make_inputs, signature_of
+    sig = signature_of(spec)
+    worst = [0.0, 0.0]
+    for seed in seeds:
+        args = [t.to(device) for t in make_inputs(sig, seed, 0)]
+        expected = [e.float() for e in ref64(*args)]
+        for j, got in enumerate((module.launch(*_prepared(module, spec, args)), eager(*args))):
+            worst[j] = max([worst[j]] + [((g - e).abs() / (1e-4 + 1e-4 * e.abs())).max().item()
+                                         for g, e in zip(got, expected)])
+    return worst
+
+
+def evaluate(name, eager, spec_path, precision, max_configs, workdir: Path, scale=1.0,
+             schemes=None, mixed=False):
     from kforge.providers.builtin import candidates, kernel_metadata
     from kforge.reference import reference_fn
     from kforge.spec import load_spec
@@ -153,7 +170,13 @@ def evaluate(name, eager, spec_path, precision, max_configs, workdir: Path, scal
     eager_ms = target.time_ms(lambda: eager(*args))
     floor = target.floor_ms(spec.flops, spec.min_bytes or sum(
         t.numel() * t.element_size() for t in args + expected), precision)
-    for cand in candidates(spec, target, precision)[:max_configs]:
+    cands = candidates(spec, target, precision)
+    if schemes:       # the first max_configs of each named scheme (input_precision)
+        cands = [c for sch in schemes
+                 for c in [c for c in cands if c.config.get("input_precision") == sch][:max_configs]]
+    else:
+        cands = cands[:max_configs]
+    for cand in cands:
         row = {"region": name, "precision": precision, "config": cand.config}
         try:
             module = _load(cand.source, workdir / f"{cand.id.replace('-', '_')}.py")
@@ -170,6 +193,9 @@ def evaluate(name, eager, spec_path, precision, max_configs, workdir: Path, scal
             row["floor_frac"] = floor / row["ms"]
             row["wgmma"] = _uses_wgmma(module)
             row["kernels"] = kernel_metadata(module)
+            if mixed and precision == "strict":
+                row["mixed_err_over_tol"], row["eager_mixed_err_over_tol"] = _mixed_errors(
+                    module, spec, eager, ref64, "cuda")
         except Exception as exc:      # a report, not a verifier: record and go on
             row["ok"] = False
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -184,6 +210,9 @@ def main(argv=None) -> int:
     parser.add_argument("--precisions", default="strict,tf32,bf16")
     parser.add_argument("--only", default="")
     parser.add_argument("--json", default="")
+    parser.add_argument("--schemes", default="", help="strict schemes, e.g. fp16x3,3xtf32")
+    parser.add_argument("--mixed", action="store_true",
+                        help="also the error on the verifier's mixed-magnitude inputs")
     args = parser.parse_args(argv)
     all_rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,7 +222,10 @@ def main(argv=None) -> int:
                 continue
             spec_path = tmp / f"{name}.json"
             for precision in args.precisions.split(","):
-                for row in evaluate(name, eager, spec_path, precision, args.configs, tmp, scale):
+                schemes = [x for x in args.schemes.split(",") if x] if precision == "strict" \
+                    else None
+                for row in evaluate(name, eager, spec_path, precision, args.configs, tmp, scale,
+                                    schemes, args.mixed):
                     all_rows.append(row)
                     cfg = {k: v for k, v in row["config"].items() if k != "rows"}
                     if "error" in row:
@@ -204,7 +236,10 @@ def main(argv=None) -> int:
                               f"err/tol={row['err_over_tol']:.3g} {row['ms']:.3f} ms "
                               f"eager {row['eager_ms']:.3f} ms x{row['speedup']:.2f} "
                               f"floor {row['floor_frac']:.0%} wgmma={row['wgmma']} "
-                              f"{row['kernels'][:2]} {cfg}", flush=True)
+                              f"{row['kernels'][:3]} {cfg}"
+                              + (f" mixed err/tol {row['mixed_err_over_tol']:.3g} (eager "
+                                 f"{row['eager_mixed_err_over_tol']:.3g})"
+                                 if "mixed_err_over_tol" in row else ""), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(all_rows, indent=1, default=str))
     return 0

@@ -203,3 +203,15 @@ def test_region_is_recorded_before_its_optimization(tmp_path):
     entries = read_manifest(tmp_path / "pkg")["kernels"]
     assert len(entries) == 1
     assert next(iter(entries.values()))["verification"]["status"] == "verified"
+
+
+def test_kforge_run_with_inputs_file(package, tmp_path, capsys):
+    from kforge.cli import main
+    inputs = [torch.randn(8, 32)]
+    torch.save(inputs, tmp_path / "inputs.pt")
+    rc = main(["run", str(package), "--inputs", str(tmp_path / "inputs.pt"), "--check",
+               "--output", str(tmp_path / "out.pt")])
+    assert rc == 0 and "OK" in capsys.readouterr().out
+    model, _ = load_model_file(TINY / "model.py")
+    got = torch.load(tmp_path / "out.pt")[0]
+    torch.testing.assert_close(got, model(*inputs), atol=1e-4, rtol=1e-4)

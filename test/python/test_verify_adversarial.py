@@ -25,6 +25,11 @@ def _meta(path: Path) -> tuple[str, str]:
     return m[1], m[2]
 
 
+def _memory_mb(path: Path) -> dict:
+    m = re.search(r"kforge-adversarial: .*memory_mb=(\d+)", path.read_text())
+    return {"memory_mb": int(m[1])} if m else {}
+
+
 def test_at_least_ten_adversarial_candidates():
     assert len(ADVERSARIAL) >= 10
 
@@ -33,7 +38,8 @@ def test_at_least_ten_adversarial_candidates():
 def test_adversarial_candidate_is_rejected_for_its_reason(path):
     spec_name, expected = _meta(path)
     spec = load_spec(FIXTURES / f"{spec_name}.json")
-    record = verify_candidate(spec, path.read_text(), "cpu", "strict", timeout_s=12)
+    record = verify_candidate(spec, path.read_text(), "cpu", "strict", timeout_s=12,
+                              **_memory_mb(path))
     assert record.status == "rejected", record
     assert record.reason == expected, f"{path.name}: {record.reason}: {record.message}"
     assert record.message            # a reason a kernel writer can act on

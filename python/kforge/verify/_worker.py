@@ -158,6 +158,9 @@ def _describe_error(exc: BaseException) -> dict:
         kind = "compile_error"
     if isinstance(exc, ImportError):
         kind = "forbidden_import" if "kforge sandbox" in str(exc) else "compile_error"
+    if "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower() or \
+            isinstance(exc, MemoryError):
+        kind = "out_of_memory"      # over the sandbox's memory limit (or the device's memory)
     if "illegal memory access" in str(exc) or "misaligned address" in str(exc) or \
             "AcceleratorError" in names:
         kind = "crash"      # a kernel fault on the device: the context is lost, as in a segfault

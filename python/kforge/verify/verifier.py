@@ -40,7 +40,7 @@ DEFAULT_MEMORY_MB = 12 * 1024
 # Feedback.status for each rejection reason
 _FEEDBACK_STATUS = {"compile_error": "compile_error", "syntax_error": "compile_error",
                     "mismatch": "mismatch", "timeout": "timeout", "crash": "crash",
-                    "runtime_error": "crash", "verified": "verified"}
+                    "runtime_error": "crash", "out_of_memory": "crash", "verified": "verified"}
 
 
 class OracleError(RuntimeError):

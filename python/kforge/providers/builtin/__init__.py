@@ -13,8 +13,8 @@ import json
 from kforge.providers.base import Candidate, GenerationRequest, Provider
 from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
 from kforge.providers.builtin.emitter import CannotGenerate
-from kforge.providers.builtin.kernels import (RegionShape, analyze_region, generate_source,
-                                              problem_of)
+from kforge.providers.builtin.kernels import (RegionShape, analyze_region, gemm_input_precisions,
+                                              generate_source, problem_of, stage_configs)
 from kforge.targets import get_target
 
 __all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space",
@@ -25,18 +25,13 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
     """Every configuration the builtin provider may try for this region, in its fixed order."""
     target = get_target(target)
     shape = shape or analyze_region(spec)
-    problem = dict(problem_of(spec, shape), precision=precision)
-    configs = target.configs(shape.kind, problem)
     if shape.kind == "gemm":
-        if shape.reductions:
-            configs = [c for c in configs if c.get("SPLIT_K", 1) == 1]
-        precisions = target.dot_input_precisions(precision)
         out = []
-        for p in precisions:
-            for c in configs:
+        for p in gemm_input_precisions(spec, target, precision, shape):
+            for c in stage_configs(spec, target, precision, shape, p):
                 out.append(dict(c, input_precision=p) if p else dict(c))
         return out
-    return configs
+    return target.configs(shape.kind, dict(problem_of(spec, shape), precision=precision))
 
 
 def _config_key(config: dict) -> str:

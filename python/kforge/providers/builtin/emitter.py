@@ -178,6 +178,7 @@ class Emitter:
         self.planes: set[str] = set()           # arguments stored as hi/lo planes
         self.combiners_used: dict[str, None] = {}   # reduction combine functions needed
         self.plane = 0                          # the plane being read
+        self.load_index: dict[str, tuple] = {}  # tensor -> the index it was last loaded at
 
     # -- helpers --------------------------------------------------------------------------------
     def fresh(self, stem: str = "x") -> str:
@@ -268,6 +269,7 @@ class Emitter:
         if any(s is None for s in t.shape):
             raise CannotGenerate(f"{name} has a dynamic shape")
         self.loads.setdefault(name, set()).add("dot" if self.dot_context else "other")
+        self.load_index[name] = index
         offset = ix.ravel(index, t.shape)
         deps = ix.variables(offset)
         for i in index:

@@ -221,6 +221,7 @@ class _Builder:
         self.split_sums: dict[str, int] = {}
         self.dot_loads: dict[str, set] = {}
         self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes
+        self.fp16_weights: dict[str, tuple] = {}     # fp16x3 weights -> their output-column dims
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
 
@@ -377,6 +378,149 @@ def _emit_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: di
              comment=f"{rows} rows of {cols}, {how}: {_ops_comment(spec, em)}")
 
 
+# ---------------------------------------------------------------------------------------------
+# fp16x3: fp32-accurate products on fp16 tensor cores
+# ---------------------------------------------------------------------------------------------
+# x = s * (hi + lo) with hi = fp16(x / s), lo = fp16(x / s - hi) and s a power of two per row of
+# A and per output column of B, chosen so that max |x / s| over the row (column) is below 2**15:
+# fp16 cannot overflow (max 65504), and lo (2**-11 below hi) stays far above fp16's subnormals
+# for every element that matters to the row's dot products. Three fp16 products per K step
+# (lo*hi + hi*lo + hi*hi; lo*lo is below fp32's rounding) run at twice the tf32 rate with tf32's
+# 11-bit significands; the scales are undone exactly on the accumulator (benchmarks/gemm/NOTES.md:
+# more accurate than cuBLAS fp32, 3.35x eager on the H200). Weights are scaled and split once in
+# prepare_weights; activations (A, and B when it is not a weight) by a pass kernel per call that
+# writes fp16 [hi, lo] planes K-major plus one fp32 scale per row.
+FP16X3 = "fp16x3"
+
+
+def fp16x3_eligible(spec: KernelSpec, stage: RegionShape) -> bool:
+    """fp16x3 applies to fp32 contractions with an fp32 result."""
+    if stage.kind != "gemm":
+        return False
+    op = stage.contraction.op
+    return all(spec.tensor(v).dtype == "f32"
+               for v in (op.operands[stage.contraction.a], op.operands[stage.contraction.b],
+                         op.results[0]))
+
+
+def gemm_input_precisions(spec: KernelSpec, target, precision: str,
+                          stage: RegionShape) -> tuple:
+    """The contraction schemes to try under `precision`, best first: the target's list, with
+    fp16x3 first on GPUs (measured fastest strict scheme) and last in the interpreter (tested,
+    not timed)."""
+    schemes = tuple(target.dot_input_precisions(precision))
+    if precision != "strict" or not fp16x3_eligible(spec, stage) or FP16X3 in schemes:
+        return schemes
+    return schemes + (FP16X3,) if target.interpreter else (FP16X3,) + schemes
+
+
+def fp16x3_configs(configs: list[dict]) -> list[dict]:
+    """GEMM tiles for fp16x3: 2-byte operands take BLOCK_K 64; the per-step partial product
+    doubles the accumulator registers, so at most 64 fp32 values of each a thread (128x128 with
+    8 warps; 128x256 spills); stages capped by shared memory (4 fp16 planes per stage)."""
+    out, seen = [], set()
+    for c in configs:
+        c = dict(c)
+        if c["BLOCK_M"] * c["BLOCK_N"] > 64 * 32 * c["num_warps"]:
+            continue
+        per_stage = 2 * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2
+        c["num_stages"] = max(1, min(c["num_stages"] or 1, 220 * 1024 // per_stage))
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def build_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, scale: str,
+                     name: str) -> None:
+    """The fp16x3 pass over one GEMM operand: for each of its rows (A: batch x M rows, B: batch
+    x N rows; K columns) the power-of-two scale and the fp16 hi/lo planes, K-major."""
+    c = shape.contraction
+    rows = c.extent(c.batch) * c.extent(c.m if side == "a" else c.n)
+    K = c.extent(c.k)
+    with ix.ranges({"rows": (0, rows), "cols": (0, K)}):
+        _emit_split_pass(b, shape, side, planes, scale, name, rows, K)
+
+
+def _emit_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, scale: str,
+                     name: str, rows: int, K: int) -> None:
+    c = shape.contraction
+    op = c.op
+    BC = min(2048, 1 << (K - 1).bit_length())
+    BR = max(1, min(2048 // BC, 1 << (rows - 1).bit_length()))
+    row_mask = "row_mask" if rows % BR else None
+    col_mask = "col_mask" if K % BC else None
+    kvars = {"rows": KVar("rows", row_mask), "cols": KVar("cols", col_mask)}
+    em = b.emitter(kvars)
+    root = Scope(None, binds={"rows"})
+    em.root = root
+    dims = c.batch + (c.m if side == "a" else c.n)
+    p = dict(zip(dims, ix.unravel(ix.IVar("rows"), [c.sizes[d] for d in dims])))
+    p.update(zip(c.k, ix.unravel(ix.IVar("cols"), [c.sizes[d] for d in c.k])))
+    arg = op.body.args[c.a if side == "a" else c.b]
+    big = 2 * rows * K >= 2 ** 31
+    root.emit("pid = tl.program_id(0)")
+    root.emit("rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+    if row_mask:
+        root.emit(f"row_mask = rows < {rows}")
+    root.emit("amax = tl.full([BLOCK_R, BLOCK_C], 0.0, tl.float32)")
+
+    def loop():
+        sc = Scope(root, binds={"cols"}, depth=2, header=f"for c0 in range(0, {K}, BLOCK_C):")
+        sc.emit("cols = c0 + tl.arange(0, BLOCK_C)[None, :]")
+        if col_mask:
+            sc.emit(f"col_mask = cols < {K}")
+        x = em.body_value(op, p, arg, sc)
+        code = x.code if "cols" in x.deps else f"tl.broadcast_to({x.code}, [BLOCK_R, BLOCK_C])"
+        return sc, code
+
+    sc, x = loop()
+    absx = f"tl.where(col_mask, tl.abs({x}), 0.0)" if col_mask else f"tl.abs({x})"
+    sc.emit(f"amax = tl.maximum(amax, {absx})")
+    sc.close()
+    b.combiners.setdefault("_maxnum", None)
+    root.emit("amax = tl.reduce(amax, 1, _maxnum, keep_dims=True)")
+    root.emit("# power-of-two scale per row: amax < 2**e, so |x * 2**(15 - e)| < 2**15 (fp16 max "
+              "65504)")
+    root.emit("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126")
+    root.emit("e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)   # zero rows: 1")
+    root.emit("scale = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)   # 2**(15 - e)")
+    mask = em.mask_of({"rows"})
+    root.emit(f"tl.store({scale}_out + rows, ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)"
+              + (f", mask={mask})" if mask else ")") + "   # 2**(e - 15), undone on the product")
+    sc, x = loop()
+    sc.emit(f"x = {x} * scale")
+    sc.emit("hi = x.to(tl.float16)")
+    offs = f"{'rows.to(tl.int64)' if big else 'rows'} * {K} + cols"
+    smask = em.mask_of({"rows", "cols"})
+    m = f", mask={smask})" if smask else ")"
+    sc.emit(f"tl.store({planes}_out + {offs}, hi{m}")
+    sc.emit(f"tl.store({planes}_out + {rows * K} + {offs}, (x - hi.to(tl.float32))"
+            f".to(tl.float16){m}")
+    sc.close()
+    what = "A (rows: batch x M)" if side == "a" else "B (rows: batch x N)"
+    b.finish(em, name, [planes, scale], {"BLOCK_R": BR, "BLOCK_C": BC}, root.lines,
+             f"(triton.cdiv({rows}, {BR}),)", 4,
+             comment=f"fp16x3 split of {op.name}'s {what}: {rows} rows of K={K} -> fp16 "
+                     "[hi, lo] planes of the row scaled by a power of two, and the scale",
+             out_params={planes: f"{planes}_out", scale: f"{scale}_out"})
+
+
+def _fp16x3_weight_dims(index: tuple, col: str) -> tuple | None:
+    """The dims of a weight (read at `index` as the B operand) that follow the output column,
+    when every other dim follows only K (or nothing): then a scale per output column is a
+    scale per slice of those dims."""
+    n_dims = []
+    for j, i in enumerate(index):
+        v = ix.variables(i)
+        if col in v or "rn" in v:
+            if "kb" in v:
+                return None
+            n_dims.append(j)
+    return tuple(n_dims)
+
+
 def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
                fuse_rows: bool, split_k: int = 1) -> None:
     c = shape.contraction
@@ -455,64 +599,71 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     loop = Scope(root, binds={"ka", "kb"}, depth=2, header=header)
     loop.emit("ka = k0 + tl.arange(0, BLOCK_K)[None, :]")
     loop.emit("kb = k0 + tl.arange(0, BLOCK_K)[:, None]")
-    body = op.body
     impl = config.get("input_precision")
-    b_weight = _weight_source(spec, op.operands[con.b])
-    em.dot_context = True
-    a = em.body_value(op, p_a, body.args[con.a], loop)
-    split_b = impl == "3xtf32" and b_weight is not None and a.dtype == "f32"
-    if split_b:
-        em.planes.add(b_weight)
-    bb = em.body_value(op, p_b, body.args[con.b], loop)
-    a_code = _dot_operand(a, (row_a.name, "ka"), "[BLOCK_M, BLOCK_K]", kvars["ka"].mask)
-    b_code = _dot_operand(bb, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]", kvars["kb"].mask)
-    if split_b:
-        em.plane = 1
-        b_lo = em.body_value(op, p_b, body.args[con.b], loop)
-        em.plane = 0
-        b.split_weights.add(b_weight)
-    em.dot_context = False
-    dtype = a.dtype
-    if impl == "3xtf32" and dtype == "f32":
-        # fp32-accurate on tf32 tensor cores: x = hi + lo with hi rounded to tf32; three
-        # products per K step accumulate into `part`, which is added to acc in exact fp32
-        # (chaining all of K inside the tensor core truncates: measured 5.9e-5 error at K=8192)
-        tf32_hi = "(({}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)"
-        if not a_code.isidentifier():
-            loop.emit(f"a = {a_code}")
-            a_code = "a"
-        loop.emit(f"a_hi = {tf32_hi.format(a_code)}")
-        loop.emit(f"a_lo = {a_code} - a_hi")
-        if split_b:
-            loop.emit(f"b_hi = {b_code}")
-            b_lo_code = _dot_operand(b_lo, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]",
-                                     kvars["kb"].mask)
-            loop.emit(f"b_lo = {b_lo_code}")
-        else:
-            if not b_code.isidentifier():
-                loop.emit(f"b = {b_code}")
-                b_code = "b"
-            loop.emit(f"b_hi = {tf32_hi.format(b_code)}")
-            loop.emit(f"b_lo = {b_code} - b_hi")
-        loop.emit('part = tl.dot(a_lo, b_hi, input_precision="tf32")')
-        loop.emit('part = tl.dot(a_hi, b_lo, part, input_precision="tf32")')
-        loop.emit('part = tl.dot(a_hi, b_hi, part, input_precision="tf32")')
-        dot = None
-        loop.emit(f"acc += part  # {op.name}")
-    elif b.precision == "bf16" and dtype in ("f32", "bf16", "f16"):
-        a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
-        if not target.bf16_dot_ok:      # the interpreter: bf16 values, fp32 products
-            a_code, b_code = f"{a_code}.to(tl.float32)", f"{b_code}.to(tl.float32)"
-        dot = f"tl.dot({a_code}, {b_code}, acc)"
-    elif dtype == "f32":
-        dot = f"tl.dot({a_code}, {b_code}, acc, input_precision=\"{config['input_precision']}\")"
-    elif dtype == "bf16" and not target.bf16_dot_ok:
-        dot = f"tl.dot({a_code}.to(tl.float32), {b_code}.to(tl.float32), acc)"
+    scale_lines = []
+    if impl == FP16X3:
+        scale_lines = _fp16x3_step(b, em, con, loop, p_b, row_a.name, col_b.name,
+                                   kvars, split_k)
     else:
-        dot = f"tl.dot({a_code}, {b_code}, acc)"
-    if dot is not None:
-        loop.emit(f"acc = {dot}  # {op.name}")
+        body = op.body
+        b_weight = _weight_source(spec, op.operands[con.b])
+        em.dot_context = True
+        a = em.body_value(op, p_a, body.args[con.a], loop)
+        split_b = impl == "3xtf32" and b_weight is not None and a.dtype == "f32"
+        if split_b:
+            em.planes.add(b_weight)
+        bb = em.body_value(op, p_b, body.args[con.b], loop)
+        a_code = _dot_operand(a, (row_a.name, "ka"), "[BLOCK_M, BLOCK_K]", kvars["ka"].mask)
+        b_code = _dot_operand(bb, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]", kvars["kb"].mask)
+        if split_b:
+            em.plane = 1
+            b_lo = em.body_value(op, p_b, body.args[con.b], loop)
+            em.plane = 0
+            b.split_weights.add(b_weight)
+        em.dot_context = False
+        dtype = a.dtype
+        if impl == "3xtf32" and dtype == "f32":
+            # fp32-accurate on tf32 tensor cores: x = hi + lo with hi rounded to tf32; three
+            # products per K step accumulate into `part`, which is added to acc in exact fp32
+            # (chaining all of K inside the tensor core truncates: measured 5.9e-5 error at K=8192)
+            tf32_hi = "(({}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)"
+            if not a_code.isidentifier():
+                loop.emit(f"a = {a_code}")
+                a_code = "a"
+            loop.emit(f"a_hi = {tf32_hi.format(a_code)}")
+            loop.emit(f"a_lo = {a_code} - a_hi")
+            if split_b:
+                loop.emit(f"b_hi = {b_code}")
+                b_lo_code = _dot_operand(b_lo, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]",
+                                         kvars["kb"].mask)
+                loop.emit(f"b_lo = {b_lo_code}")
+            else:
+                if not b_code.isidentifier():
+                    loop.emit(f"b = {b_code}")
+                    b_code = "b"
+                loop.emit(f"b_hi = {tf32_hi.format(b_code)}")
+                loop.emit(f"b_lo = {b_code} - b_hi")
+            loop.emit('part = tl.dot(a_lo, b_hi, input_precision="tf32")')
+            loop.emit('part = tl.dot(a_hi, b_lo, part, input_precision="tf32")')
+            loop.emit('part = tl.dot(a_hi, b_hi, part, input_precision="tf32")')
+            dot = None
+            loop.emit(f"acc += part  # {op.name}")
+        elif b.precision == "bf16" and dtype in ("f32", "bf16", "f16"):
+            a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
+            if not target.bf16_dot_ok:      # the interpreter: bf16 values, fp32 products
+                a_code, b_code = f"{a_code}.to(tl.float32)", f"{b_code}.to(tl.float32)"
+            dot = f"tl.dot({a_code}, {b_code}, acc)"
+        elif dtype == "f32":
+            dot = f"tl.dot({a_code}, {b_code}, acc, input_precision=\"{config['input_precision']}\")"
+        elif dtype == "bf16" and not target.bf16_dot_ok:
+            dot = f"tl.dot({a_code}.to(tl.float32), {b_code}.to(tl.float32), acc)"
+        else:
+            dot = f"tl.dot({a_code}, {b_code}, acc)"
+        if dot is not None:
+            loop.emit(f"acc = {dot}  # {op.name}")
     loop.close()
+    for line in scale_lines:
+        root.emit(line)
     out_map = op.indexing_maps[op.num_inputs]
     tile_index = tuple(compose(r, p_out) for r in out_map.results)
     vc = op.results[0]
@@ -561,6 +712,69 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
              config["num_warps"], config.get("num_stages"),
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
+
+
+def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: dict,
+                 row_a: str, col_b: str, kvars: dict, split_k: int) -> list[str]:
+    """One K step of fp16x3 (see FP16X3) into `loop`; returns the lines that undo the operand
+    scales on the accumulator after the loop."""
+    spec, op = b.spec, con.op
+    M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
+    vc = op.results[0]
+    batch = con.extent(con.batch) if con.batch else 1
+    kmask = kvars["ka"].mask
+    big = 2 * batch * max(M, N) * K >= 2 ** 31
+
+    def plane_loads(side: str, row: str, kvar: str, rows: int):
+        planes = f"{vc}_{side}16"
+        em.loads.setdefault(planes, set()).add("dot")
+        r = f"batch * {rows} + {row}" if con.batch else row
+        offs = f"{f'({r}).to(tl.int64)' if big else f'({r})' if con.batch else r} * {K} + {kvar}"
+        mask = f", mask={kvars[kvar].mask}, other=0.0)" if kmask else ")"
+        ptr = em.pointers[planes]
+        loop.emit(f"{side}_hi = tl.load({ptr} + {offs}{mask}")
+        loop.emit(f"{side}_lo = tl.load({ptr} + {batch * rows * K} + {offs}{mask}")
+        em.loads.setdefault(f"{vc}_{side}s", set()).add("other")
+        return f"tl.load({em.pointers[f'{vc}_{side}s']} + {r})"
+
+    loop.emit("# fp16x3: planes of the operands scaled per row / column by powers of two")
+    sa = plane_loads("a", row_a, "ka", M)
+    b_weight = _weight_source(spec, op.operands[con.b])
+    if b_weight is not None:        # hi/lo planes and column exponents from prepare_weights
+        em.planes.add(b_weight)
+        em.dot_context = True
+        hi = em.body_value(op, p_b, op.body.args[con.b], loop)
+        em.plane = 1
+        lo = em.body_value(op, p_b, op.body.args[con.b], loop)
+        em.plane = 0
+        em.dot_context = False
+        wshape = spec.tensor(b_weight).shape
+        index = em.load_index[b_weight]
+        n_dims = _fp16x3_weight_dims(index, col_b)
+        if n_dims is None:
+            raise CannotGenerate(f"{b_weight}: an index mixes K and N; no per-column fp16x3 scale")
+        loop.emit(f"b_hi = {_dot_operand(hi, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}")
+        loop.emit(f"b_lo = {_dot_operand(lo, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}")
+        n_index = ix.ravel(tuple(index[j] for j in n_dims), tuple(wshape[j] for j in n_dims))
+        tail = ix.add(n_index, ix.const(2 * math.prod(wshape)))
+        sb = (f"((tl.load({em.pointers[b_weight]} + {ix.render(tail)}).to(tl.int32) + 127) << 23)"
+              ".to(tl.float32, bitcast=True)")
+        b.fp16_weights[b_weight] = n_dims
+    else:
+        sb = plane_loads("b", col_b, "kb", N)
+    a_hi, a_lo, b_hi, b_lo = "a_hi", "a_lo", "b_hi", "b_lo"
+    opts = ""
+    if b.target.interpreter:            # fp16 values, fp32 products (like bf16 there)
+        a_hi, a_lo, b_hi, b_lo = (f"{x}.to(tl.float32)" for x in (a_hi, a_lo, b_hi, b_lo))
+        opts = ', input_precision="ieee"'
+    # each step's three products go to a fresh `part`, added to acc in exact fp32 (chaining
+    # all of K in the tensor core's accumulator truncates; NOTES.md run 1)
+    loop.emit(f"part = tl.dot({a_lo}, {b_hi}{opts})")
+    loop.emit(f"part = tl.dot({a_hi}, {b_lo}, part{opts})")
+    loop.emit(f"part = tl.dot({a_hi}, {b_hi}, part{opts})")
+    loop.emit(f"acc += part  # {op.name}")
+    return ["# undo the power-of-two operand scales (exact): row scales of A, column scales of B",
+            f"acc = acc * {sa} * {sb}"]
 
 
 def _weight_source(spec: KernelSpec, name: str) -> str | None:
@@ -625,15 +839,28 @@ def generate_source(spec: KernelSpec, target, precision: str, config: dict,
     return _assemble(b, shape, config)
 
 
-def _default_config(spec, target, precision: str, stage: RegionShape) -> dict:
+def stage_configs(spec, target, precision: str, stage: RegionShape,
+                  scheme: str | None = None) -> list[dict]:
+    """The target's configurations for a stage; for a GEMM, those that suit `scheme` (fp16x3
+    takes the 2-byte-operand tiles, see fp16x3_configs). No split-K with row reductions."""
     problem = dict(problem_of(spec, stage), precision=precision)
-    configs = [c for c in target.configs(stage.kind, problem)
-               if not (stage.reductions and c.get("SPLIT_K", 1) > 1)]
+    if scheme == FP16X3 and not target.interpreter:
+        configs = fp16x3_configs(target.configs("gemm", dict(problem, precision="bf16")))
+    else:
+        configs = target.configs(stage.kind, problem)
+    return [dict(c) for c in configs if not (stage.reductions and c.get("SPLIT_K", 1) > 1)]
+
+
+def _default_config(spec, target, precision: str, stage: RegionShape) -> dict:
+    scheme = None
+    if stage.kind == "gemm":
+        scheme = gemm_input_precisions(spec, target, precision, stage)[0]
+    configs = stage_configs(spec, target, precision, stage, scheme)
     if not configs:
         raise CannotGenerate(f"no {stage.kind} configuration for a later stage")
     config = dict(configs[0])
-    if stage.kind == "gemm" and target.dot_input_precisions(precision)[0]:
-        config["input_precision"] = target.dot_input_precisions(precision)[0]
+    if scheme:
+        config["input_precision"] = scheme
     return config
 
 
@@ -660,6 +887,23 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
     fuse = (bool(stage.reductions) and config["BLOCK_N"] >= con.extent(con.n)
             and stage.cols == con.extent(con.n)
             and all(math.prod(spec.tensor(o).shape) == vc_numel for o in outputs))
+    if config.get("input_precision") == FP16X3:
+        if not fp16x3_eligible(spec, stage):
+            raise CannotGenerate("fp16x3 needs fp32 operands and an fp32 result")
+        # the operands' fp16 planes and scales: A always by a pass; B by prepare_weights when it
+        # is a weight, else by a pass too
+        sides = ["a"] + ([] if _weight_source(spec, con.op.operands[con.b]) else ["b"])
+        for side in sides:
+            rows = con.extent(con.batch) * con.extent(con.m if side == "a" else con.n)
+            K = con.extent(con.k)
+            planes, scale = f"{vc}_{side}16", f"{vc}_{side}s"
+            b.temporaries[planes] = (f"torch.empty((2, {rows}, {K}), device=device, "
+                                     f"dtype=torch.float16)  # fp16x3 planes of {side.upper()}")
+            b.temporaries[scale] = (f"torch.empty(({rows},), device=device, "
+                                    f"dtype=torch.float32)  # its row scales")
+        for side in sides:
+            build_split_pass(b, stage, side, f"{vc}_{side}16", f"{vc}_{side}s",
+                             f"{stem}_split_{side}")
     if split_k > 1:
         ws_shape = (split_k,) + tuple(spec.tensor(vc).shape)
         b.temporaries[vc] = (f"torch.empty({ws_shape!r}, device=device, "
@@ -704,7 +948,29 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
             if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
                 prepared.append(i)
     split = [i for i, a in enumerate(spec.args) if a.name in b.split_weights]
-    if prepared:
+    fp16 = {i: b.fp16_weights[a.name] for i, a in enumerate(spec.args)
+            if a.name in b.fp16_weights}
+    if fp16:
+        lines += ["", "def prepare_weights(weights):",
+                  "    # fp16x3: each matrix weight scaled per output column by a power of two "
+                  "(column max < 2**15),",
+                  "    # split into fp16 hi + lo, stored flat: [hi plane, lo plane, column "
+                  "exponents e - 15]",
+                  "    out = dict(weights)",
+                  "    for i, n_dims in " + repr(fp16) + ".items():      # weight: its output-"
+                  "column dims",
+                  "        w = weights[i].to(torch.float32)",
+                  "        k_dims = tuple(d for d in range(w.dim()) if d not in n_dims)",
+                  "        amax = w.abs().amax(dim=k_dims, keepdim=True) if k_dims else w.abs()",
+                  "        e = torch.frexp(amax)[1].clamp(-100, 100)            # amax < 2**e",
+                  "        e = torch.where(amax > 0, e, torch.zeros_like(e))     # zero columns",
+                  "        ws = w * torch.ldexp(torch.ones_like(amax), 15 - e)",
+                  "        hi = ws.to(torch.float16)",
+                  "        lo = (ws - hi.to(torch.float32)).to(torch.float16)",
+                  "        out[i] = torch.cat([hi.reshape(-1), lo.reshape(-1),",
+                  "                            (e - 15).to(torch.float16).reshape(-1)])",
+                  "    return out", ""]
+    elif prepared:
         lines += ["", "def prepare_weights(weights):",
                   "    # weights read only as matrix operands are cast to bf16 once, at load",
                   f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else w)"
@@ -727,9 +993,10 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
     for v, alloc in b.temporaries.items():
         if v in shape.outputs or any(v in st.outputs for st in shape.stages):
             continue                          # a region result, allocated below
-        t = spec.tensor(v)
-        alloc = alloc or (f"torch.empty({tuple(t.shape)!r}, device=device, "
-                          f"dtype={TORCH_DTYPES[t.dtype]})")
+        if alloc is None:
+            t = spec.tensor(v)
+            alloc = (f"torch.empty({tuple(t.shape)!r}, device=device, "
+                     f"dtype={TORCH_DTYPES[t.dtype]})")
         lines.append(f"    {v} = {alloc}")
     for o in dict.fromkeys(o for st in (shape.stages or [shape]) for o in st.outputs):
         t = spec.tensor(o)
