@@ -222,8 +222,31 @@ public:
     return traceDim(dim.getSource(), *index, depth + 1);
   }
 
+  /// Appends the names of `operands`; a scalar constant read for the first time gets its
+  /// record (see takePending). Fails, with the reason in `why`, on an unnamed value.
   LogicalResult operandNames(Operation *op, ValueRange operands, json::Array &out,
-                             std::string &why);
+                             std::string &why) {
+    for (Value operand : operands) {
+      // Scalar constants get their record where they are first read (a fill value, say);
+      // those only captured by bodies become statements there and need none.
+      if (!nameOf(operand))
+        if (auto constant = operand.getDefiningOp<arith::ConstantOp>())
+          if (constant.getType().isIntOrFloat()) {
+            FailureOr<json::Object> record = constantRecord(constant, why);
+            if (failed(record))
+              return failure();
+            pending.push_back(std::move(*record));
+          }
+      std::optional<std::string> name = nameOf(operand);
+      if (!name) {
+        why = "an operand of '" + op->getName().getStringRef().str() +
+              "' is not a tensor or scalar the spec names";
+        return failure();
+      }
+      out.push_back(*name);
+    }
+    return success();
+  }
 
 private:
   std::optional<std::pair<std::string, int64_t>> traceDim(Value tensor, int64_t index,
@@ -267,30 +290,6 @@ private:
     return success();
   }
 
-  LogicalResult operandNamesImpl(Operation *op, ValueRange operands, json::Array &out,
-                                 std::string &why) {
-    for (Value operand : operands) {
-      // Scalar constants get their record where they are first read (a fill value, say);
-      // those only captured by bodies become statements there and need none.
-      if (!nameOf(operand))
-        if (auto constant = operand.getDefiningOp<arith::ConstantOp>())
-          if (constant.getType().isIntOrFloat()) {
-            FailureOr<json::Object> record = constantRecord(constant, why);
-            if (failed(record))
-              return failure();
-            pending.push_back(std::move(*record));
-          }
-      std::optional<std::string> name = nameOf(operand);
-      if (!name) {
-        why = "an operand of '" + op->getName().getStringRef().str() +
-              "' is not a tensor or scalar the spec names";
-        return failure();
-      }
-      out.push_back(*name);
-    }
-    return success();
-  }
-
   LogicalResult defineResults(Operation *op, json::Array &out, std::string &why) {
     for (Value result : op->getResults()) {
       json::Object probe;
@@ -327,7 +326,7 @@ private:
       why = "'" + op->getName().getStringRef().str() + "' has operands besides inputs and inits";
       return failure();
     }
-    if (failed(operandNamesImpl(op, ordered, operands, why)))
+    if (failed(operandNames(op, ordered, operands, why)))
       return failure();
     json::Array maps;
     for (AffineMap map : op.getIndexingMapsArray())
@@ -463,7 +462,7 @@ private:
       groups.push_back(std::move(dims));
     }
     json::Array operands, results;
-    if (failed(operandNamesImpl(op, op->getOperand(0), operands, why)) ||
+    if (failed(operandNames(op, op->getOperand(0), operands, why)) ||
         failed(defineResults(op, results, why)))
       return failure();
     return json::Object{{"op", "reshape"},
@@ -490,7 +489,7 @@ private:
       low.push_back(amount);
     for (int64_t amount : pad.getStaticHigh())
       high.push_back(amount);
-    if (failed(operandNamesImpl(pad, pad.getSource(), operands, why)) ||
+    if (failed(operandNames(pad, pad.getSource(), operands, why)) ||
         failed(defineResults(pad, results, why)))
       return failure();
     return json::Object{{"op", "pad"},
@@ -574,10 +573,6 @@ private:
   json::Array pending;
 };
 
-LogicalResult RecordWriter::operandNames(Operation *op, ValueRange operands,
-                                         json::Array &out, std::string &why) {
-  return operandNamesImpl(op, operands, out, why);
-}
 } // namespace
 
 static json::Value stringArray(ArrayAttr attr) {

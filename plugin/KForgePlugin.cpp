@@ -1,6 +1,6 @@
 //===- KForgePlugin.cpp - the KForge passes as an mlir-opt plugin ---------===//
 //
-//   mlir-opt --load-dialect-plugin=KForgePlugin.so --load-pass-plugin=KForgePlugin.so \
+//   mlir-opt --load-dialect-plugin=KForgePlugin.so --load-pass-plugin=KForgePlugin.so
 //            --pass-pipeline='builtin.module(kforge-pipeline)' model.mlir
 //
 // The same .so is both a pass plugin (every kforge pass and pipeline) and a dialect plugin

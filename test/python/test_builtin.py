@@ -159,10 +159,10 @@ def test_device_targets_generate_their_own_code(target):
     compile(src, "candidate.py", "exec")
     s = spec("matmul_bias_relu")
     cands = candidates(s, target, "strict")
-    # fp16x3 first: fp16 tensor-core products of power-of-two-scaled hi/lo planes
-    assert cands[0].config["input_precision"] == "fp16x3"
-    assert "part = tl.dot(a_hi, b_hi, part)" in cands[0].source
-    assert "_split_a[" in cands[0].source and "torch.frexp" in cands[0].source
+    # fp16x3: fp16 tensor-core products of power-of-two-scaled hi/lo planes
+    fp16 = next(c for c in cands if c.config["input_precision"] == "fp16x3")
+    assert "part = tl.dot(a_hi, b_hi, part)" in fp16.source
+    assert "_split_a[" in fp16.source and "torch.frexp" in fp16.source
     tf32x3 = next(c for c in cands if c.config["input_precision"] == "3xtf32")
     assert "part = tl.dot(a_hi, b_hi, part, input_precision=\"tf32\")" in tf32x3.source
     assert "torch.stack([hi, w - hi])" in tf32x3.source
@@ -305,10 +305,34 @@ def _fp16x3(name, target="cpu"):
                 if c.config.get("input_precision") == "fp16x3")
 
 
-def test_fp16x3_is_offered_first_on_gpus_and_last_in_the_interpreter():
+def _big_spec(tmp_path, builder, **sizes):
+    import sys
+    sys.path.insert(0, str(SPECS))
+    import make_fixtures as mf
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    old, mf.HERE = mf.HERE, tmp_path
+    try:
+        getattr(mf, builder)(**sizes)
+    finally:
+        mf.HERE = old
+    return load_spec(next(tmp_path.glob("*.json")))
+
+
+def test_fp16x3_first_where_its_passes_pay(tmp_path):
+    """GPU order: fp16x3 first when its operand passes cost less than it saves (a large
+    linear), after the first 3xtf32 configs otherwise (a small conv's im2col-sized A)."""
+    big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=8192, N=8192)
+    assert config_space(big, "cuda", "strict")[0]["input_precision"] == "fp16x3"
+    conv = _big_spec(tmp_path / "conv", "conv2d", N=16, C=64, H=34, W=34, O=128, KH=3, KW=3)
+    order = [c["input_precision"] for c in config_space(conv, "cuda", "strict")]
+    assert order[0] == "3xtf32" and "fp16x3" in order
+    tiny = [c["input_precision"] for c in config_space(spec("matmul_bias_relu"), "cuda", "strict")]
+    assert tiny[0] == "3xtf32" and "fp16x3" in tiny
+
+
+def test_fp16x3_is_offered_on_gpus_and_last_in_the_interpreter():
     s = spec("matmul_bias_relu")
     cuda = config_space(s, "cuda", "strict")
-    assert cuda[0]["input_precision"] == "fp16x3"
     fp16 = [c for c in cuda if c["input_precision"] == "fp16x3"]
     # 2-byte tiles; at most 64 accumulator values a thread (acc + part fit in registers)
     assert all(c["BLOCK_K"] == 64 and c["BLOCK_M"] * c["BLOCK_N"] <= 64 * 32 * c["num_warps"]

@@ -121,6 +121,13 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
             c = _nearest(space, config, BLOCK_N=min(256, config.get("BLOCK_N", 128) * 2))
             if c:
                 picks.append((c, "wider N tile"))
+            if precision == "strict" and config.get("input_precision") in ("3xtf32", "tf32x3",
+                                                                              "bf16x6"):
+                c = next((c for c in space if c.get("input_precision") == "fp16x3"
+                          and c.get("SPLIT_K", 1) == config.get("SPLIT_K", 1)), None)
+                if c:
+                    picks.append((c, "fp16x3: three fp16 products (twice the tf32 rate), as "
+                                     "accurate"))
             if precision == "strict" and config.get("input_precision") == "tf32x3":
                 for c in space:
                     if c.get("input_precision") == "bf16x6" and all(
