@@ -653,6 +653,8 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
     return failure();
   ModuleOp module = func->getParentOfType<ModuleOp>();
   json::Array steps, outputs;
+  constexpr unsigned kMaxOpaqueWarnings = 5;
+  unsigned opaqueSteps = 0;
   for (Operation &op : func.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       json::Array names;
@@ -704,10 +706,12 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
       steps.push_back(std::move(*record));
       continue;
     }
-    // Not describable: keep its text so a reader can say what it is.
-    op.emitWarning("kforge-export-regions: this op stays outside every region and the host "
-                   "plan cannot describe it (")
-        << why << "); it is written as an 'opaque' step";
+    // Not describable: keep its text so a reader can say what it is. A few warnings name
+    // the first such ops; one more counts the rest.
+    if (++opaqueSteps <= kMaxOpaqueWarnings)
+      op.emitWarning("kforge-export-regions: this op stays outside every region and the "
+                     "host plan cannot describe it (")
+          << why << "); it is written as an 'opaque' step";
     json::Array operands, results;
     for (Value operand : op.getOperands())
       if (std::optional<std::string> name = writer.nameOf(operand))
@@ -721,6 +725,10 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
                                  {"results", std::move(results)},
                                  {"mlir", printToString(&op)}});
   }
+  if (opaqueSteps > kMaxOpaqueWarnings)
+    func.emitWarning("kforge-export-regions: ")
+        << (opaqueSteps - kMaxOpaqueWarnings) << " more ops of @" << func.getSymName()
+        << " are 'opaque' steps of the host plan";
   return json::Object{
       {"schema", "kforge.host-plan"}, {"version", kSpecVersion},
       {"function", func.getSymName()}, {"inputs", std::move(inputs)},
