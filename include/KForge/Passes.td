@@ -222,4 +222,34 @@ def KForgeGathersToReshapes : Pass<"kforge-gathers-to-reshapes", "::mlir::Module
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def KForgeSlicesToGenerics : Pass<"kforge-slices-to-generics", "::mlir::ModuleOp"> {
+  let summary = "Write static tensor.extract_slice ops as linalg.generic copies";
+  let description = [{
+    The kernel spec has no record for `tensor.extract_slice` (torch-mlir writes `x[:, :32]`
+    and `chunk` that way), but a slice with static offsets, sizes and strides is a copy whose
+    input indexing map adds the offsets and scales by the strides. This pass writes it so, and
+    fusion and export treat it as any elementwise op. A dimension read from 0 with stride 1 but
+    not to its end is written `d mod <source size>` (the same index, since `d` stays below the
+    slice size), because a plain `d` would tell linalg the loop spans the whole source
+    dimension. Dynamic slices are left alone.
+
+    Before:
+    ```mlir
+    %s = tensor.extract_slice %x[0, 32] [8, 32] [1, 1] : tensor<8x64xf32> to tensor<8x32xf32>
+    ```
+    After:
+    ```mlir
+    %e = tensor.empty() : tensor<8x32xf32>
+    %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1 + 32)>,
+                                          affine_map<(d0, d1) -> (d0, d1)>],
+                         iterator_types = ["parallel", "parallel"]}
+        ins(%x : tensor<8x64xf32>) outs(%e : tensor<8x32xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      linalg.yield %in : f32
+    } -> tensor<8x32xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::tensor::TensorDialect"];
+}
+
 #endif // KFORGE_PASSES

@@ -404,3 +404,11 @@ def test_fp16x3_on_the_verifiers_inputs(name, tmp_path):
         got = run_candidate(module, s, args)
         for g, e in zip(got, expected):
             torch.testing.assert_close(g.double(), e.double(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_relu", "conv2d_pad_relu"])
+def test_fp16x3_candidates_pass_the_verifier(name):
+    """The engine's own verifier (static checks, sandboxed run, fp64 oracle, several seeds)."""
+    from kforge.verify.verifier import verify_candidate
+    record = verify_candidate(spec(name), _fp16x3(name), "cpu", "strict")
+    assert record.status == "verified", (record.reason, record.message)

@@ -7,7 +7,9 @@ A region becomes one or two Triton kernels of three kinds:
   or looped over column blocks when rows are long;
 * gemm: a tiled contraction (grouped tile order, optional split-K) with the region's
   elementwise consumers fused on the accumulator tile, and row reductions over N fused when one
-  tile spans the row (else a second, rows kernel reads the materialized product).
+  tile spans the row (else a second, rows kernel reads the materialized product); under strict
+  with fp16x3, pass kernels first write the operands' power-of-two-scaled fp16 hi/lo planes
+  (weights are split once by prepare_weights instead).
 
 `generate_source(spec, target, precision, config)` returns the candidate's Python source.
 """
@@ -622,8 +624,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     impl = config.get("input_precision")
     scale_lines = []
     if impl == FP16X3:
-        scale_lines = _fp16x3_step(b, em, con, loop, p_b, row_a.name, col_b.name,
-                                   kvars, split_k)
+        scale_lines = _fp16x3_step(b, em, con, loop, p_b, row_a.name, col_b.name, kvars)
     else:
         body = op.body
         b_weight = _weight_source(spec, op.operands[con.b])
@@ -737,7 +738,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
 
 
 def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: dict,
-                 row_a: str, col_b: str, kvars: dict, split_k: int) -> list[str]:
+                 row_a: str, col_b: str, kvars: dict) -> list[str]:
     """One K step of fp16x3 (see FP16X3) into `loop`; returns the lines that undo the operand
     scales on the accumulator after the loop."""
     spec, op = b.spec, con.op
@@ -760,6 +761,7 @@ def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: d
         return f"tl.load({em.pointers[f'{vc}_{side}s']} + {r})"
 
     loop.emit("# fp16x3: planes of the operands scaled per row / column by powers of two")
+    undo = ["# undo the power-of-two operand scales (exact): row scales of A, column scales of B"]
     sa = plane_loads("a", row_a, "ka", M)
     b_weight = _weight_source(spec, op.operands[con.b])
     if b_weight is not None:        # hi/lo planes and column exponents from prepare_weights
@@ -775,12 +777,15 @@ def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: d
         n_dims = _fp16x3_weight_dims(index, col_b)
         if n_dims is None:
             raise CannotGenerate(f"{b_weight}: an index mixes K and N; no per-column fp16x3 scale")
-        loop.emit(f"b_hi = {_dot_operand(hi, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}")
-        loop.emit(f"b_lo = {_dot_operand(lo, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}")
+        loop.emit(f"b_hi = {_dot_operand(hi, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}"
+                  f"  # {b_weight}'s hi plane (prepare_weights)")
+        loop.emit(f"b_lo = {_dot_operand(lo, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}"
+                  f"  # {b_weight}'s lo plane")
         n_index = ix.ravel(tuple(index[j] for j in n_dims), tuple(wshape[j] for j in n_dims))
         tail = ix.add(n_index, ix.const(2 * math.prod(wshape)))
-        sb = (f"((tl.load({em.pointers[b_weight]} + {ix.render(tail)}).to(tl.int32) + 127) << 23)"
-              ".to(tl.float32, bitcast=True)")
+        undo.append(f"e_b = tl.load({em.pointers[b_weight]} + {ix.render(tail)})"
+                    ".to(tl.int32)  # B's column exponents e - 15 (after its planes)")
+        sb = "((e_b + 127) << 23).to(tl.float32, bitcast=True)"
         b.fp16_weights[b_weight] = n_dims
     else:
         sb = plane_loads("b", col_b, "kb", N)
@@ -795,8 +800,7 @@ def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: d
     loop.emit(f"part = tl.dot({a_hi}, {b_lo}, part{opts})")
     loop.emit(f"part = tl.dot({a_hi}, {b_hi}, part{opts})")
     loop.emit(f"acc += part  # {op.name}")
-    return ["# undo the power-of-two operand scales (exact): row scales of A, column scales of B",
-            f"acc = acc * {sa} * {sb}"]
+    return undo + [f"acc = acc * {sa} * {sb}"]
 
 
 def _weight_source(spec: KernelSpec, name: str) -> str | None:
