@@ -107,7 +107,8 @@ static bool isFill(linalg::LinalgOp op) {
   return false;
 }
 
-/// Transposes, broadcasts and copies: data movement, cheap to recompute where it is read.
+/// Transposes, broadcasts, slices and copies: data movement, cheap to recompute where it is
+/// read.
 static bool isDataMovement(linalg::LinalgOp op) {
   if (isa<linalg::TransposeOp, linalg::BroadcastOp, linalg::CopyOp>(op))
     return true;
@@ -124,9 +125,8 @@ static bool isDataMovement(linalg::LinalgOp op) {
   if (!yield || yield.getNumOperands() != 1 ||
       yield.getOperand(0) != body.getArgument(0))
     return false;
-  AffineMap inputMap = generic.getIndexingMapsArray()[0];
-  AffineMap outputMap = generic.getIndexingMapsArray()[1];
-  return inputMap.isProjectedPermutation() && outputMap.isIdentity();
+  // Any input map: transposes, broadcasts, and slices (offset/strided maps) alike.
+  return generic.getIndexingMapsArray()[1].isIdentity();
 }
 
 LinalgOpKind FusionCandidateAnalysis::getKind(Operation *op) {

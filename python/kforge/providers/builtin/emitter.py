@@ -382,6 +382,14 @@ class Emitter:
             e = float(lits[1])
             code = {1.0: "{0}", 2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}",
                     0.5: "tl.sqrt({0})"}[e].format(a[0])
+        elif s.op == "math.fpowi" and lits[1] is not None and float(lits[1]).is_integer() \
+                and 0 <= int(lits[1]) <= 8:
+            # x ** n with a small constant n (torch-mlir's tanh-GELU writes x**3 this way):
+            # exact repeated products, as the reference computes them.
+            n = int(lits[1])
+            code = " * ".join([a[0]] * n) if n else "1.0"
+            if n == 0:
+                return Val(literal(1.0), frozenset(), s.type, literal=1.0)
         else:
             fmt = self.target.math(s.op)
             if fmt is None:
