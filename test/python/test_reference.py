@@ -250,6 +250,16 @@ class _Mlp(torch.nn.Module):
         return torch.softmax(self.ln(F.gelu(self.fc(x))), -1)
 
 
+class _MlpTanhGelu(torch.nn.Module):
+    """torch-mlir writes the cube in tanh-GELU as math.fpowi (an integer exponent)."""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 12)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x), approximate="tanh")
+
+
 class _Conv(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -267,6 +277,7 @@ class _Attention(torch.nn.Module):
 
 REAL_MODELS = {
     "mlp": (_Mlp, lambda: [torch.randn(8, 16)]),
+    "mlp_tanh_gelu": (_MlpTanhGelu, lambda: [torch.randn(8, 16)]),
     "conv": (_Conv, lambda: [torch.randn(2, 3, 8, 8)]),
     "attention": (_Attention, lambda: [torch.randn(2, 8, 16), torch.randn(2, 8, 16),
                                        torch.randn(2, 8, 16)]),
