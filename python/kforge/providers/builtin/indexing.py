@@ -174,6 +174,9 @@ def floordiv(a: Index, b: Index) -> Index:
             return high
         if split and r is not None and r[0] >= 0:
             return add(high, IBin("floordiv", rest, b))
+        g = _common_factor(a, c)
+        if g is not None:       # (x * g + r) // (g * q) = x // q when 0 <= r < g
+            return floordiv(g[1], IConst(c // g[0]))
     return IBin("floordiv", a, b)
 
 
@@ -190,7 +193,23 @@ def mod(a: Index, b: Index) -> Index:
             return rest
         if split and r is not None and r[0] >= 0:
             return IBin("mod", rest, b)
+        g = _common_factor(a, c)
+        if g is not None:       # (x * g + r) % (g * q) = (x % q) * g + r when 0 <= r < g
+            return add(mul(mod(g[1], IConst(c // g[0])), IConst(g[0])), g[2])
     return IBin("mod", a, b)
+
+
+def _common_factor(a: Index, c: int):
+    """(g, x, r) with a = x * g + r, 1 < g < c, g dividing c and 0 <= r < g on in-bounds
+    lanes (the largest such g), or None: a row index times a row length plus a column."""
+    for g in sorted({math.gcd(_coefficient(t), c) for t in _terms(a)}, reverse=True):
+        if g <= 1 or g >= c:
+            continue
+        high, rest, split = _split_multiples(a, g)
+        r = bounds(rest)
+        if split and r is not None and r[0] >= 0 and r[1] <= g:
+            return g, high, rest
+    return None
 
 
 def ceildiv(a: Index, b: Index) -> Index:
@@ -230,7 +249,7 @@ def _unravel_component(flat: Index, shape: tuple[int, ...], k: int) -> Index:
 
 def ravel(index, shape) -> Index:
     """Row-major flat offset of `index` in a contiguous tensor of `shape`."""
-    comps = [(i, s) for i, s in zip(index, shape) if s != 1]
+    comps = _merge_split_dims([(i, s) for i, s in zip(index, shape) if s != 1])
     strides = []
     acc = 1
     for _, s in reversed(comps):
@@ -253,6 +272,29 @@ def ravel(index, shape) -> Index:
         total = add(total, mul(i, IConst(strides[j])))
         j += 1
     return total
+
+
+def _merge_split_dims(comps: list) -> list:
+    """Adjacent components (x // q, x % q) (or (x // q % s, x % q)) of dims (s, q) are one
+    component x (x % (s * q)) of a dim s * q: a row index that a reshape split into
+    (batch, seq) is raveled back to the row."""
+    out = list(comps)
+    j = 0
+    while j + 1 < len(out):
+        (hi, s), (lo, q) = out[j], out[j + 1]
+        merged = None
+        if isinstance(lo, IBin) and lo.op == "mod" and lo.rhs == IConst(q):
+            x = lo.lhs
+            if hi == floordiv(x, IConst(q)):
+                merged = x
+            elif hi == mod(floordiv(x, IConst(q)), IConst(s)):
+                merged = mod(x, IConst(s * q))
+        if merged is not None:
+            out[j:j + 2] = [(merged, s * q)]
+            j = max(0, j - 1)
+        else:
+            j += 1
+    return out
 
 
 def variables(e: Index) -> frozenset[str]:
