@@ -51,6 +51,9 @@ def _nearest(space: list[dict], base: dict, **changes) -> dict | None:
     for c in space:
         if any(c.get(k) != v for k, v in changes.items()):
             continue
+        if "input_precision" not in changes and \
+                bool(c.get("input_precision")) != bool(base.get("input_precision")):
+            continue            # bf16: stay with bf16 operands (not its fp32 fallback)
         d = sum(abs(math.log2(max(1, c.get(k, 1))) - math.log2(max(1, want.get(k, 1))))
                 for k in want if isinstance(want.get(k), int) and k in c)
         if c != base and d < best_d:

@@ -15,6 +15,7 @@ A region becomes one or two Triton kernels of three kinds:
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from kforge.providers.builtin.emitter import (TL_DTYPES, TORCH_DTYPES, CannotGen
                                               ColumnSpace, Emitter, KVar, Scope, Val,
                                               combine_function, compose, domain_sizes)
 from kforge.reference import recognize_contraction
-from kforge.spec import AffineDim, GenericOp, KernelSpec, affine_dims
+from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp, affine_dims
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +228,14 @@ class _Builder:
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
 
+    def snapshot(self) -> dict:
+        """The bookkeeping so far, to undo a kernel that could not be generated."""
+        return copy.deepcopy({k: v for k, v in vars(self).items()
+                              if k not in ("spec", "target")})
+
+    def restore(self, saved: dict) -> None:
+        vars(self).update(saved)
+
     def pointers(self, extra: dict | None = None) -> dict[str, str]:
         ptrs = {a.name: a.name for a in self.spec.args}
         ptrs.update({v: f"{v}_tmp" for v in self.temporaries})
@@ -411,6 +420,12 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
     fp16x3 first on GPUs (measured fastest strict scheme) and last in the interpreter (tested,
     not timed)."""
     schemes = tuple(target.dot_input_precisions(precision))
+    if precision == "bf16" and fp16x3_eligible(spec, stage):
+        # last resort: fp32 operands at the tf32 policy's precision (the interpreter: ieee),
+        # for products whose bf16-rounded operands miss the 1e-2 tolerance on the verifier's
+        # mixed-magnitude inputs (K short, outputs near zero against large terms)
+        return schemes + tuple(p for p in target.dot_input_precisions("tf32")
+                               if p not in schemes)[:1]
     if precision != "strict" or not fp16x3_eligible(spec, stage) or FP16X3 in schemes:
         return schemes
     if target.interpreter:
@@ -669,7 +684,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
             loop.emit('part = tl.dot(a_hi, b_hi, part, input_precision="tf32")')
             dot = None
             loop.emit(f"acc += part  # {op.name}")
-        elif b.precision == "bf16" and dtype in ("f32", "bf16", "f16"):
+        elif b.precision == "bf16" and not impl and dtype in ("f32", "bf16", "f16"):
             a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
             if not target.bf16_dot_ok:      # the interpreter: bf16 values, fp32 products
                 a_code, b_code = f"{a_code}.to(tl.float32)", f"{b_code}.to(tl.float32)"
@@ -716,14 +731,9 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
                             vc_dtype, "the contraction's initial value")
     root.cache[("value", vc, tile_index, 0)] = acc_val
     root.emit(f"# epilogue on the accumulator tile")
-    vc_shape = spec.tensor(vc).shape
     for o in outputs:
-        oshape = spec.tensor(o).shape
-        if tuple(oshape) == tuple(vc_shape):
-            index = tile_index
-        elif math.prod(oshape) == math.prod(vc_shape):
-            index = ix.unravel(ix.ravel(tile_index, vc_shape), oshape)
-        else:
+        index = tile_index_of(spec, vc, tile_index, o)
+        if index is None:
             raise CannotGenerate(f"{o} does not have the contraction's shape")
         val = em.value(o, index, root)
         b.store(root, em, o, f"{o}_out", index, val)
@@ -735,6 +745,54 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
              + (f"; products: {impl}" if impl else "")
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
+
+
+def tile_index_of(spec: KernelSpec, vc: str, tile_index: tuple, out: str):
+    """The index of `out` that the GEMM tile's element `tile_index` of `vc` becomes, when out
+    is vc moved by reshapes (a flat index re-unravelled: [B*S, N] -> [B, S, N]) and elementwise
+    generics that read it through a permutation (a head transpose): the epilogue then computes
+    `out` on the accumulator tile, and reading it back inlines to the tile itself. None when out
+    is no such image of vc (a slice of it, a reduction of it)."""
+    todo, seen = [(vc, tile_index)], set()
+    while todo:
+        v, index = todo.pop()
+        if v == out:
+            return index
+        if v in seen:
+            continue
+        seen.add(v)
+        vshape = tuple(spec.tensor(v).shape)
+        for op in spec.users(v):
+            if isinstance(op, ReshapeOp):
+                rshape = tuple(spec.tensor(op.results[0]).shape)
+                todo.append((op.results[0], ix.unravel(ix.ravel(index, vshape), rshape)))
+                continue
+            if not isinstance(op, GenericOp) or op.reduction_dims:
+                continue
+            sizes = domain_sizes(spec, op)
+            for i in range(op.num_inputs):
+                if op.operands[i] != v:
+                    continue
+                results = op.indexing_maps[i].results
+                if not all(isinstance(r, AffineDim) for r in results) or \
+                        len({r.d for r in results}) != len(results):
+                    continue
+                p = {r.d: index[k] for k, r in enumerate(results)}
+                if any(d not in p and sizes[d] != 1 for d in op.parallel_dims):
+                    continue
+                p.update({d: ix.ZERO for d in op.parallel_dims if d not in p})
+                for j, res in enumerate(op.results):
+                    omap = op.indexing_maps[op.num_inputs + j]
+                    todo.append((res, tuple(compose(r, p) for r in omap.results)))
+    return None
+
+
+def gemm_outputs_on_tile(spec: KernelSpec, stage: "RegionShape") -> bool:
+    """Whether every store of a GEMM stage is an image of the product's tile (tile_index_of)."""
+    con = stage.contraction
+    vc = con.op.results[0]
+    dummy = tuple(ix.IVar(f"i{k}") for k in range(len(spec.tensor(vc).shape)))
+    return all(tile_index_of(spec, vc, dummy, o) is not None for o in stage.stores)
 
 
 def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: dict,
@@ -872,6 +930,8 @@ def stage_configs(spec, target, precision: str, stage: RegionShape,
     problem = dict(problem_of(spec, stage), precision=precision)
     if scheme == FP16X3 and not target.interpreter:
         configs = fp16x3_configs(target.configs("gemm", dict(problem, precision="bf16")))
+    elif precision == "bf16" and scheme:     # the fp32-operand fallback: fp32 tiles, two
+        configs = target.configs(stage.kind, dict(problem, precision="tf32"))[:2]
     else:
         configs = target.configs(stage.kind, problem)
     return [dict(c) for c in configs if not (stage.reductions and c.get("SPLIT_K", 1) > 1)]
@@ -944,6 +1004,24 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         rows_config = config.get("rows") or target.configs(
             "rows", {"rows": stage.rows, "cols": stage.cols})[0]
         build_rows(b, outputs, stage.rows, stage.cols, rows_config, f"{stem}_rows")
+    elif not stage.reductions:
+        if gemm_outputs_on_tile(spec, stage):
+            saved = b.snapshot()
+            try:
+                build_gemm(b, stage, outputs, config, f"{stem}_gemm", False)
+                return
+            except CannotGenerate:      # an output index that does not fold back to the tile
+                b.restore(saved)
+        # outputs that are not the tile moved (slices of the product: q, k, v of one
+        # projection): the GEMM stores the product, elementwise kernels finish from it
+        build_gemm(b, stage, [vc], config, f"{stem}_gemm", False)
+        b.temporaries[vc] = None
+        groups: dict[int, list[str]] = {}
+        for o in outputs:
+            groups.setdefault(math.prod(spec.tensor(o).shape), []).append(o)
+        for i, group in enumerate(groups.values()):
+            build_elementwise(b, group, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
+                              f"{stem}_epilogue" + ("" if len(groups) == 1 else f"_{i}"))
     else:
         build_gemm(b, stage, outputs, config, f"{stem}_gemm", fuse)
 
@@ -969,7 +1047,7 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
     for k in b.kernels:
         lines += ["", k.source()]
     prepared = []
-    if b.precision == "bf16":
+    if b.precision == "bf16" and not config.get("input_precision"):
         for i, a in enumerate(spec.args):
             if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
                 prepared.append(i)
