@@ -15,6 +15,7 @@ that never synthesize), "refresh" (ignore what is there, write new results), "of
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,6 +53,19 @@ def _versions() -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def builtin_generator_digest() -> str:
+    """Digest of the builtin generator's own code: a kernel it made before a change to the
+    generator is not served for its key afterwards (the new generator may make a better one)."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for folder in (root / "providers" / "builtin", root / "kernels"):
+        for path in sorted(folder.glob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
 
@@ -66,9 +80,12 @@ class CacheKey:
     versions: dict = field(default_factory=_versions)
 
     def fields(self) -> dict:
-        return {"schema": VERSION, "region": self.region, "target": self.target,
-                "precision": self.precision, "provider": self.provider,
-                "provider_config": self.provider_config, "versions": self.versions}
+        out = {"schema": VERSION, "region": self.region, "target": self.target,
+               "precision": self.precision, "provider": self.provider,
+               "provider_config": self.provider_config, "versions": self.versions}
+        if self.provider == "builtin":
+            out["generator"] = builtin_generator_digest()
+        return out
 
     @property
     def digest(self) -> str:
