@@ -47,6 +47,10 @@ class SynthOptions:
     dynamic_sizes: tuple = (8, 11)
     timeout_s: float | None = None      # per candidate run in the sandbox
     timing_reps: int = 3
+    # optimization rounds in a row without a gain before the loop stops; None: 2 for the
+    # builtin provider (a measured search over its configurations is cheap), 1 for the LLM
+    # providers (each round costs tokens)
+    patience: int | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ class _RegionLoop:
         self.started = time.monotonic()
         self.rounds = 0
         self.tried = 0
+        self.tried_ids: list[str] = []      # every candidate verified for the region, in order
         self.best: Candidate | None = None
         self.best_record: VerificationRecord | None = None
         self.floor_ms = self._floor_ms()
@@ -222,7 +227,8 @@ class _RegionLoop:
         kwargs = dict(spec=self.spec, region_mlir=self.region_mlir,
                       reference_source=self.reference_source, precision=self.opt.precision,
                       target=self._target_object(), phase=phase, round=round_, best=self.best,
-                      feedback=feedback, num_candidates=self.opt.num_candidates)
+                      feedback=feedback, num_candidates=self.opt.num_candidates,
+                      tried=tuple(self.tried_ids))
         names = {f.name for f in dataclasses.fields(GenerationRequest)}
         if "tools" in names:
             kwargs["tools"] = _LoopTools(self)
@@ -260,6 +266,8 @@ class _RegionLoop:
                                timing_reps=self.opt.timing_reps, work_dir=self.work_dir)
         if log:
             self.tried += 1
+            if cand.id not in self.tried_ids:
+                self.tried_ids.append(cand.id)
             self.log.write("candidate", candidate={
                 "id": cand.id, "provider": cand.provider, "config": cand.config,
                 "notes": cand.notes, "source": cand.source}, verification=rec.to_json())
@@ -310,6 +318,8 @@ class _RegionLoop:
     def optimize(self) -> None:
         if not self.available or self.best_record is None or self.best_record.time_ms is None:
             return
+        patience = self.opt.patience or (2 if self.provider_name == "builtin" else 1)
+        stale = 0
         for r in range(self.opt.rounds):
             reason = self.out_of_budget()
             if reason:
@@ -342,10 +352,15 @@ class _RegionLoop:
                                    new_ms=rec.time_ms, old_noise=self.best_record.time_noise,
                                    new_noise=rec.time_noise, candidate=cand.id)
                     self.best, self.best_record, improved = cand, rec, True
-            if not improved:
-                self.log.write("stop", phase="optimize",
-                               reason="no candidate beat the incumbent by more than the noise")
-                return
+            if improved:
+                stale = 0
+            else:
+                stale += 1
+                if stale >= patience:
+                    self.log.write("stop", phase="optimize", reason=(
+                        f"no candidate beat the incumbent by more than the noise "
+                        f"({stale} round{'s' if stale > 1 else ''} in a row)"))
+                    return
 
 
 MIN_GAIN = 0.02     # below 2 % a change is not worth a new kernel, whatever the noise says

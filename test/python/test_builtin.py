@@ -533,3 +533,17 @@ def test_bf16_offers_fp32_operands_second_and_last():
         assert target == "cpu" or all(c["BLOCK_K"] == 32 for c in tail)   # 4-byte tiles
     src = generate_source(s, get_target("cpu"), "bf16", config_space(s, "cpu", "bf16")[-1])
     assert "bfloat16" not in src and 'input_precision="ieee"' in src
+
+
+def test_generate_skips_every_candidate_the_loop_tried():
+    """The tuner never proposes a configuration the loop has already measured."""
+    import dataclasses
+    provider = BuiltinProvider()
+    req = GenerationRequest(spec=spec("matmul_bias_relu"), region_mlir="", reference_source="",
+                            precision="strict", target=get_target("cuda"), phase="optimize",
+                            round=0, num_candidates=1)
+    seen: list[str] = []
+    for _ in range(4):
+        cand = provider.generate(dataclasses.replace(req, tried=tuple(seen)))[0]
+        assert cand.id not in seen
+        seen.append(cand.id)

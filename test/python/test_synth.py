@@ -112,3 +112,37 @@ def test_noise_gate():
     assert not beats(R("verified", time_ms=9.9, time_lo_ms=8.0, time_hi_ms=8.9),
                      R("verified", time_ms=10.0, time_lo_ms=9.95, time_hi_ms=10.05))  # < 2 %
     assert not beats(R("verified"), old)
+
+
+def test_optimization_patience_and_tried_history(tmp_path):
+    """The loop tells the provider every candidate it tried, and stops after `patience`
+    optimization rounds in a row without a gain (or when its rounds run out). Timing on a
+    shared CPU is noisy, so which rounds gain is read from the log, not assumed."""
+    class Slow(ScriptedProvider):
+        def generate(self, request):
+            self.requests.append(request)
+            self.calls += 1
+            src = (fixture_provider.good_source(request.spec.hash) if self.calls == 1
+                   else fixture_provider.slow_source(request.spec.hash))
+            return [fixture_provider.Candidate(id=f"c{self.calls}", provider=self.name,
+                                               source=src)]
+
+    rounds = 4
+    for patience in (1, 2):
+        provider = Slow()
+        log_dir = tmp_path / str(patience)
+        synthesize_region(spec("add_relu"), SynthOptions(rounds=rounds, patience=patience),
+                          provider=provider, log_dir=log_dir)
+        # every request names all candidates tried before it
+        for i, req in enumerate(provider.requests):
+            assert req.tried == tuple(f"c{j}" for j in range(1, i + 1))
+        events = [e["event"] for e in log_events(log_dir, "e1e1e1e1e1e1e1e1")]
+        stops = [e for e in log_events(log_dir, "e1e1e1e1e1e1e1e1") if e["event"] == "stop"]
+        if stops and "in a row" in stops[-1]["reason"]:
+            # stopped by patience: after the last gain, exactly `patience` analysed rounds
+            after_gain = events[len(events) - events[::-1].index("improved"):] \
+                if "improved" in events else events
+            assert after_gain.count("analysis") == patience
+            assert f"({patience} round" in stops[-1]["reason"]
+        else:                                  # every round gained: the rounds ran out
+            assert provider.calls == 1 + rounds

@@ -39,6 +39,7 @@ class GenerationRequest:
     feedback: tuple[Feedback, ...] = ()  # results of the previous round
     cross_target_reference: "Candidate | None" = None  # verified kernel for another target
     num_candidates: int = 1
+    tried: tuple[str, ...] = ()          # ids of every candidate the loop has tried for the region
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class BuiltinProvider(Provider):
             space = config_space(spec, target, request.precision, shape)
         except CannotGenerate:
             return []
-        tried = {f.candidate_id for f in request.feedback}
+        tried = {f.candidate_id for f in request.feedback} | set(request.tried)
         if request.best is not None:
             tried.add(request.best.id)
         wanted: list[dict] = []
