@@ -1,7 +1,6 @@
 """`kforge bench`: the command line of the benchmark (see docs/bench.md)."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -103,10 +102,7 @@ def run_bench(args) -> int:
         raise UserError("--out DIR is required (where bench.json, bench.md and bench.png go)")
     shard = None
     if args.shard:
-        try:
-            i, n = (int(x) for x in args.shard.split("/"))
-        except ValueError:
-            raise UserError(f"--shard {args.shard!r}: expected I/N, e.g. 0/8") from None
+        i, n = wl_mod.parse_shard(args.shard)
         selected, shard = wl_mod.shard(selected, i, n), f"{i}/{n}"
     precisions = _split(args.precision, POLICIES, "precision")
     baselines = _split(args.baselines, BASELINES, "baselines")

@@ -242,11 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     selected = wl_mod.discover(args.workloads)
     if args.shard:
-        chosen = []
-        for sh in args.shard:
-            i, n = (int(x) for x in sh.split("/"))
-            chosen += [w for w in wl_mod.shard(selected, i, n) if w not in chosen]
-        selected = chosen
+        selected = wl_mod.shards(selected, args.shard)
     policies = [x for x in args.precision.split(",") if x]
     if args.tune:
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,

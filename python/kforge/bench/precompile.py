@@ -68,11 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         wl = next(w for w in selected if w.name == args.one)
         return 0 if compile_one(wl.name, wl.path, args.out, scale, args.compile_mode)["status"] == "ok" else 1
     if args.shard:
-        chosen = []
-        for sh in args.shard:
-            i, n = (int(x) for x in sh.split("/"))
-            chosen += [w for w in wl_mod.shard(selected, i, n) if w not in chosen]
-        selected = chosen
+        selected = wl_mod.shards(selected, args.shard)
 
     def run(w):
         if args.deadline is not None and time.time() > args.deadline:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from kforge.targets.base import Peaks as TargetPeaks
+from kforge.targets.cuda import CudaTarget
+
 POLICIES = ("strict", "tf32", "bf16")
 
 
@@ -28,12 +31,16 @@ class Peaks:
     source: str                   # "measured" or "table"
     details: str
 
+    def target_peaks(self) -> TargetPeaks:
+        """The same peaks in the form the targets use, so the bench and the tuner share one
+        rule for what each policy's compute floor is."""
+        return TargetPeaks(fp32=self.fp32_tflops * 1e12, tf32=self.tf32_tflops * 1e12,
+                           bf16=self.bf16_tflops * 1e12, bytes_per_s=self.bandwidth_tbs * 1e12)
+
     def flops_per_s(self, policy: str) -> float:
-        rates = {"fp32": self.fp32_tflops, "strict": self.tf32_tflops / 3.0,
-                 "tf32": self.tf32_tflops, "bf16": self.bf16_tflops}
-        if policy not in rates:
+        if policy not in ("fp32",) + POLICIES:
             raise ValueError(f"unknown precision policy {policy!r}; expected one of {POLICIES}")
-        return rates[policy] * 1e12
+        return self.target_peaks().flops_for(policy)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -41,15 +48,17 @@ class Peaks:
         return d
 
 
-# DESIGN.md, "Precision policies": measured on an H200 (2026-11).
-DESIGN_H200 = Peaks(fp32_tflops=51.0, tf32_tflops=408.0, bf16_tflops=786.0, bandwidth_tbs=4.28,
+# DESIGN.md, "Precision policies": measured on an H200 (2026-11); the cuda target holds them.
+DESIGN_H200 = Peaks(fp32_tflops=CudaTarget.peaks.fp32 / 1e12,
+                    tf32_tflops=CudaTarget.peaks.tf32 / 1e12,
+                    bf16_tflops=CudaTarget.peaks.bf16 / 1e12,
+                    bandwidth_tbs=CudaTarget.peaks.bytes_per_s / 1e12,
                     source="table", details="DESIGN.md table: H200, 2026-11")
 
 
 def floor_ms(flops: float, min_bytes: float, peaks: Peaks, policy: str) -> float:
-    compute_s = flops / peaks.flops_per_s(policy)
-    memory_s = min_bytes / (peaks.bandwidth_tbs * 1e12)
-    return max(compute_s, memory_s) * 1e3
+    peaks.flops_per_s(policy)              # an unknown policy is an error, not the fp32 rate
+    return peaks.target_peaks().floor_ms(flops, min_bytes, policy)
 
 
 def measure_peaks(target: str, timer) -> Peaks:

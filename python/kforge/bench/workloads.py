@@ -99,3 +99,20 @@ def shard(workloads: list[Workload], index: int, count: int) -> list[Workload]:
     if not 0 <= index < count:
         raise UserError(f"--shard {index}/{count}: index must be in [0, {count})")
     return workloads[index::count]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N)."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UserError(f"--shard {text!r}: expected I/N, e.g. 0/8") from None
+    return index, count
+
+
+def shards(workloads: list[Workload], specs: list[str]) -> list[Workload]:
+    """The workloads of several shards ('I/N' each), in shard order, each once."""
+    chosen: list[Workload] = []
+    for text in specs:
+        chosen += [w for w in shard(workloads, *parse_shard(text)) if w not in chosen]
+    return chosen

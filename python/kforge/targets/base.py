@@ -24,6 +24,12 @@ class Peaks:
         return {"strict": self.tf32 / 3, "tf32": self.tf32, "bf16": self.bf16}.get(
             precision, self.fp32)
 
+    def floor_ms(self, flops: float, bytes_moved: float, precision: str) -> float:
+        """The roofline floor: the slower of compute at peak and traffic at peak bandwidth."""
+        compute = flops / self.flops_for(precision) if flops else 0.0
+        memory = bytes_moved / self.bytes_per_s if bytes_moved else 0.0
+        return max(compute, memory) * 1000
+
 
 # Math functions that every Triton backend, the interpreter included, implements in core
 # `tl`. Values are format strings over the operands.
@@ -86,9 +92,7 @@ class Target:
     # -- roofline -------------------------------------------------------------------------------
     def floor_ms(self, flops: float, bytes_moved: float, precision: str) -> float:
         """The roofline floor: the slower of compute at peak and traffic at peak bandwidth."""
-        compute = flops / self.peaks.flops_for(precision) if flops else 0.0
-        memory = bytes_moved / self.peaks.bytes_per_s if bytes_moved else 0.0
-        return max(compute, memory) * 1000
+        return self.peaks.floor_ms(flops, bytes_moved, precision)
 
     def describe(self) -> str:
         """A paragraph for prompts: what the kernels run on and what matters there."""
