@@ -387,9 +387,9 @@ class Emitter:
             # x ** n with a small constant n (torch-mlir's tanh-GELU writes x**3 this way):
             # exact repeated products, as the reference computes them.
             n = int(lits[1])
-            code = " * ".join([a[0]] * n) if n else "1.0"
             if n == 0:
                 return Val(literal(1.0), frozenset(), s.type, literal=1.0)
+            code = " * ".join([a[0]] * n)
         else:
             fmt = self.target.math(s.op)
             if fmt is None:
