@@ -49,6 +49,9 @@ TARGET="${TARGET:-cuda}"
 DEADLINE=$((START + BUDGET_S))
 PREP_DEADLINE=$((START + ${PREP_S:-200}))
 WORK="$(mktemp -d /tmp/kforge-bench.XXXX)"
+# Logs and per-workload checkpoints go straight under $OUT, so a call cut off by its time limit
+# still brings back what was measured (merge them here: kforge bench --merge $OUT/partial/*.json).
+LOGS="$OUT/logs"; mkdir -p "$LOGS" "$OUT/partial"
 
 {
   date -u +%Y-%m-%dT%H:%M:%SZ; uname -a; nvidia-smi 2>&1 || true
@@ -80,8 +83,8 @@ elif [ "${SKIP_TUNE:-0}" != 1 ] && [ "$TARGET" = cuda ]; then
     # shellcheck disable=SC2086
     "$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
       "${SHARD_ARGS[@]}" --jobs "$JOBS" --gpus "$NGPU" --rounds "$ROUNDS" \
-      --timeout "${TUNE_TIMEOUT:-180}" --deadline "$PREP_DEADLINE" > "$WORK/tune.log" 2>&1
-    echo "tune phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/tune.log"
+      --timeout "${TUNE_TIMEOUT:-180}" --deadline "$PREP_DEADLINE" > "$LOGS/tune.log" 2>&1
+    echo "tune phase: exit $?, $(($(date +%s) - START)) s since start" >> "$LOGS/tune.log"
   ) &
   prep+=($!)
 fi
@@ -91,14 +94,14 @@ if [[ "$BASELINES" == *compile* ]] && [ "${SKIP_PRECOMPILE:-0}" != 1 ]; then
     # shellcheck disable=SC2086
     "$PY" -m kforge.bench.precompile --out "$WORK/compile-times" ${WORKLOADS:-} "${SHARD_ARGS[@]}" \
       --jobs "${COMPILE_JOBS:-8}" --timeout 180 --deadline "$PREP_DEADLINE" \
-      $([ "$TARGET" = cpu ] && echo --smoke) > "$WORK/precompile.log" 2>&1
-    echo "precompile phase: exit $?, $(($(date +%s) - START)) s since start" >> "$WORK/precompile.log"
+      $([ "$TARGET" = cpu ] && echo --smoke) > "$LOGS/precompile.log" 2>&1
+    echo "precompile phase: exit $?, $(($(date +%s) - START)) s since start" >> "$LOGS/precompile.log"
   ) &
   prep+=($!)
   COMPILE_ARGS=(--compile-times "$WORK/compile-times")
 fi
 for p in "${prep[@]}"; do wait "$p"; done
-tail -qn1 "$WORK/tune.log" "$WORK/precompile.log" 2>/dev/null
+tail -qn1 "$LOGS/tune.log" "$LOGS/precompile.log" 2>/dev/null
 
 # 2. Time. Shard ids go round-robin to the GPUs; each GPU runs its shards one after another.
 pids=()
@@ -112,9 +115,10 @@ for ((g = 0; g < NGPU; g++)); do
       CUDA_VISIBLE_DEVICES=$g "$PY" -m kforge.cli bench ${WORKLOADS:-} --target "$TARGET" \
         --precision "$PRECISION" "${PKG_ARGS[@]}" --baselines "$BASELINES" \
         --baseline-precision "${BASELINE_PRECISION:-as-written}" \
-        --shard "$s/$SHARDS" --deadline "$DEADLINE" --out "$WORK/shard$s" "${COMPILE_ARGS[@]}" ${EXTRA:-} \
-        > "$WORK/shard$s.log" 2>&1
-      echo "shard $s on GPU $g exited $?" >> "$WORK/shard$s.log"
+        --shard "$s/$SHARDS" --deadline "$DEADLINE" --out "$WORK/shard$s" --checkpoint "$OUT/partial/shard$s.json" \
+        "${COMPILE_ARGS[@]}" ${EXTRA:-} \
+        > "$LOGS/shard$s.log" 2>&1
+      echo "shard $s on GPU $g exited $?" >> "$LOGS/shard$s.log"
     done
   ) &
   pids+=($!)
@@ -122,9 +126,13 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 
 # 3. Merge, and bring back what the next call or the commit needs.
-for f in "$WORK"/tune.log "$WORK"/precompile.log "$WORK"/shard*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }; done > "$OUT/run.log"
+for f in "$LOGS"/tune.log "$LOGS"/precompile.log "$LOGS"/shard*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }; done > "$OUT/run.log"
 shopt -s nullglob
-jsons=("$WORK"/shard*/bench.json)
+jsons=()
+for s in $SHARD_IDS; do   # a shard that did not finish contributes its checkpoint
+  if [ -f "$WORK/shard$s/bench.json" ]; then jsons+=("$WORK/shard$s/bench.json")
+  elif [ -f "$OUT/partial/shard$s.json" ]; then jsons+=("$OUT/partial/shard$s.json"); fi
+done
 if [ ${#jsons[@]} -eq 0 ]; then echo "no shard produced bench.json; see run.log"; tail -50 "$OUT/run.log"; exit 1; fi
 "$PY" -m kforge.cli bench --merge "${jsons[@]}" --out "$OUT" >> "$OUT/run.log" 2>&1 || tail -30 "$OUT/run.log"
 if [ -d "$PACKAGES" ]; then

@@ -62,6 +62,9 @@ def register(subparsers) -> None:
     p.add_argument("--rep-ms", type=float, default=200.0,
                    help="CUDA: target timed milliseconds per measurement (at least --min-reps runs)")
     p.add_argument("--min-reps", type=int, default=20, help="CUDA: fewest timed runs per measurement")
+    p.add_argument("--checkpoint", type=Path, default=None, metavar="FILE",
+                   help="rewrite this JSON after every workload with the results so far (a run "
+                        "cut off by a time limit still leaves them; `--merge` reads it)")
     p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
                    help="do not run: merge bench JSON files (shards) into one report in --out")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -160,8 +163,31 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         compile_mode=args.compile_mode,
         baseline_precision=args.baseline_precision, compile_times=args.compile_times,
         workdir=out / "work", deadline=_deadline(args, start))
-    results = Runner(config, timer, peaks, log=lambda m: print(m, flush=True)).run(selected)
+    def document(results, partial=False):
+        return report.build_document(report.environment(target), _config_json(
+            args, config, target, precisions, baselines, shard, start),
+            peaks.to_json(), [r.to_json() for r in results],
+            notes + ([f"partial: {len(results)} of {len(selected)} workloads done when written"]
+                     if partial else []))
 
+    def checkpoint(results):
+        if args.checkpoint:
+            args.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            tmp = args.checkpoint.with_suffix(".tmp")
+            tmp.write_text(json.dumps(document(results, partial=True), indent=1,
+                                      default=report._json_default) + "\n")
+            tmp.replace(args.checkpoint)
+
+    results = Runner(config, timer, peaks, log=lambda m: print(m, flush=True)).run(
+        selected, on_result=checkpoint)
+    doc = document(results)
+    paths = report.write_all(doc, out)
+    print(report.markdown(doc).split("## Per workload")[0])
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _config_json(args, config, target, precisions, baselines, shard, start) -> dict:
     cfg_json = {
         "target": target, "precisions": list(precisions), "scale": config.scale,
         "baselines": list(baselines), "provider": args.provider, "shard": shard,
@@ -185,9 +211,4 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         "triton.testing.do_bench: CUDA events per run, 256 MB L2-flush write before each run, "
         f"warm-up first, median of >= {args.min_reps} runs" if target == "cuda" else
         "host clock (time.perf_counter), one warm-up, cache-flush write before each run, median of 5 runs")
-    doc = report.build_document(report.environment(target), cfg_json, peaks.to_json(),
-                                [r.to_json() for r in results], notes)
-    paths = report.write_all(doc, out)
-    print(report.markdown(doc).split("## Per workload")[0])
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
-    return 0
+    return cfg_json

@@ -137,7 +137,8 @@ class Runner:
         self.device = "cuda" if config.target == "cuda" else "cpu"
         self._current: str | None = None
 
-    def run(self, workloads: list[Workload]) -> list[WorkloadResult]:
+    def run(self, workloads: list[Workload], on_result=None) -> list[WorkloadResult]:
+        """Run each workload; `on_result(results so far)` is called after every one."""
         results = []
         for i, wl in enumerate(workloads):
             if self.config.deadline is not None and time.time() > self.config.deadline:
@@ -156,6 +157,8 @@ class Runner:
             res.wall_s = time.perf_counter() - t0
             results.append(res)
             self._cleanup()
+            if on_result is not None:
+                on_result(results)
         return results
 
     def _cleanup(self):
