@@ -47,7 +47,7 @@ def test_roofline_floor_uses_policy_peak():
     peaks = roofline.DESIGN_H200
     flops, nbytes = 2 * 1024 * 8192 * 8192, 0
     assert roofline.floor_ms(flops, nbytes, peaks, "fp32") == pytest.approx(flops / 51e12 * 1e3)
-    assert roofline.floor_ms(flops, nbytes, peaks, "strict") == pytest.approx(flops / (408e12 / 3) * 1e3)
+    assert roofline.floor_ms(flops, nbytes, peaks, "strict") == pytest.approx(flops / (786e12 / 3) * 1e3)
     assert roofline.floor_ms(flops, nbytes, peaks, "bf16") == pytest.approx(flops / 786e12 * 1e3)
     # A memory-bound workload: bytes / bandwidth wins.
     assert roofline.floor_ms(0, 4.28e9, peaks, "bf16") == pytest.approx(1.0)

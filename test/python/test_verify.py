@@ -94,3 +94,18 @@ def test_autotuned_candidate_is_verified_on_gpu():
     record = verify_candidate(_spec("add_relu"), _source("good_add_relu_autotuned"), "cuda",
                               "strict", measure=True)
     assert record.status == "verified", record.message
+
+
+
+def test_weights_read_by_a_contraction_are_drawn_at_initialization_scale():
+    """matmul_bias reads weight arg1 ([K=32, N]) in a contraction over K: its draws are divided
+    by sqrt(32), the bias's are not; the worker rebuilds the same inputs from the JSON form."""
+    from kforge.verify.inputs import Signature
+    sig = signature_of(_spec("matmul_bias"))
+    fan = {a.name: a.fan_in for a in sig.args}
+    assert fan == {"arg0": None, "arg1": 32, "arg2": None}
+    x, w, b = make_inputs(sig, 1, 8)
+    assert w.abs().max() <= 2.0 / 32 ** 0.5 + 1e-6 < x.abs().max()
+    assert b.abs().max() > 2.0 / 32 ** 0.5
+    again = Signature.from_json(json.loads(json.dumps(sig.to_json())))
+    assert again == sig and torch.equal(make_inputs(again, 1, 8)[1], w)

@@ -6,7 +6,8 @@ Peaks come from a micro-benchmark run on the machine (`measure_peaks`: a large d
 DESIGN.md's H200 table; the report says which.
 
 Peak FLOP rate per policy (the fastest arithmetic the policy allows):
-  strict  TF32 tensor-core rate / 3: an fp32-accurate product costs three TF32 products (tf32x3)
+  strict  16-bit tensor-core rate / 3: an fp32-accurate product costs three tensor-core
+          products, and the fastest such scheme (fp16x3: hi/lo fp16 planes) runs at the fp16 rate
   tf32    TF32 tensor-core rate
   bf16    bf16 tensor-core rate
 The baselines run the model as written (fp32, TF32 off), so their floor uses the fp32 rate; that

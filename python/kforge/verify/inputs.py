@@ -24,17 +24,20 @@ class TensorSig:
     shape: tuple
     dtype: str
     weight: str | None = None
+    # for a weight read by a contraction: its reduction extent (inputs are drawn / sqrt(it))
+    fan_in: int | None = None
 
     def concrete(self, dynamic_size: int) -> tuple[int, ...]:
         return tuple(dynamic_size if d is None else int(d) for d in self.shape)
 
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "weight": self.weight}
+                "weight": self.weight, "fan_in": self.fan_in}
 
     @staticmethod
     def from_json(d: dict) -> "TensorSig":
-        return TensorSig(d["name"], tuple(d["shape"]), d["dtype"], d.get("weight"))
+        return TensorSig(d["name"], tuple(d["shape"]), d["dtype"], d.get("weight"),
+                         d.get("fan_in"))
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,54 @@ def signature_of(spec) -> Signature:
             raise ValueError(f"region result {name!r} is neither an argument nor a value")
         t = tensors[name]
         results.append(TensorSig(t.name, t.shape, t.dtype))
+    fan_in = _weight_fan_ins(spec, {n: t.shape for n, t in tensors.items()})
+    if fan_in:
+        args = tuple(TensorSig(a.name, a.shape, a.dtype, a.weight, fan_in.get(a.name))
+                     for a in args)
     return Signature(args, tuple(results))
+
+
+def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
+    """{weight argument: reduction extent of the contraction (matmul, convolution) that reads
+    it}, for a parsed KernelSpec (a JSON dict gives {}). Extents that are dynamic are skipped."""
+    ops = getattr(spec, "ops", None)
+    if not ops:
+        return {}
+    from kforge.reference import recognize_contraction   # parent process only
+    from kforge.spec import AffineDim, GenericOp, ReshapeOp
+    weights = {_field(a, "name") for a in _field(spec, "args")
+               if (a.get("weight") if isinstance(a, dict) else getattr(a, "weight", None))}
+    out: dict[str, int] = {}
+    producers = {}          # value -> the one input of the layout-only op that made it
+    for op in ops:
+        if isinstance(op, ReshapeOp) or (isinstance(op, GenericOp) and not op.reduction_dims
+                                         and op.num_inputs == 1 and len(op.results) == 1):
+            producers[op.results[0]] = op.operands[0]
+    for op in ops:
+        if not isinstance(op, GenericOp) or not op.reduction_dims:
+            continue
+        con = recognize_contraction(op, projected=False)
+        if con is None:
+            continue
+        extent = 1
+        for d in op.reduction_dims:
+            size = None
+            for name, m in zip(op.operands, op.indexing_maps):
+                for k, r in enumerate(m.results):
+                    if isinstance(r, AffineDim) and r.d == d and shapes.get(name) is not None:
+                        size = size or shapes[name][k]
+            if not size:
+                extent = 0
+                break
+            extent *= int(size)
+        for arg in con[:2]:
+            name = op.operands[op.body.args.index(arg)]
+            seen = 0
+            while name in producers and seen < 16:   # through transposes, casts, reshapes
+                name, seen = producers[name], seen + 1
+            if extent > 1 and name in weights:
+                out[name] = max(out.get(name, 0), extent)
+    return out
 
 
 def make_inputs(sig: Signature, seed: int, dynamic_size: int,
@@ -88,7 +138,9 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
 
     Floats: mixed signs (domain "mixed") or positive only ("positive", for regions whose body
     is undefined on negative inputs, e.g. log or sqrt), magnitudes spread log-uniformly over
-    [0.05, 2] times a per-seed scale, never zero. Integers: 1..4 (never zero, valid as small
+    [0.05, 2] times a per-seed scale, never zero; a weight that a contraction reads is divided
+    by sqrt(its reduction extent), the scale a layer's initialization gives it (products then
+    stay O(inputs), as in a real model, instead of sqrt(K) times larger). Integers: 1..4 (never zero, valid as small
     indices); booleans: random.
     """
     gen = torch.Generator().manual_seed(int(seed))
@@ -102,11 +154,14 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
         elif not dtype.is_floating_point:
             t = torch.randint(1, 5, shape, generator=gen, dtype=torch.int64).to(dtype)
         else:
-            mag = torch.exp(torch.empty(shape, dtype=torch.float64).uniform_(
-                math.log(0.05), math.log(2.0), generator=gen)) * scale
+            # float32 draws (float64 took seconds per GPU-sized tensor, in both processes)
+            mag = torch.empty(shape, dtype=torch.float32).uniform_(
+                math.log(0.05), math.log(2.0), generator=gen).exp_().mul_(scale)
+            if a.fan_in:
+                mag = mag.mul_(1.0 / math.sqrt(a.fan_in))
             if domain == "mixed":
-                sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)
-                mag = mag * sign.double()
+                sign = torch.rand(shape, generator=gen) < 0.5
+                mag = torch.where(sign, -mag, mag)
             t = mag.to(dtype)
         out.append(t.contiguous())
     return out
