@@ -239,11 +239,28 @@ _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.f
           "arith.extui", "arith.trunci")
 
 
-class _Types:
-    """Element types used for computing: the spec's own, or every float type widened."""
+def round_operand(t: torch.Tensor, fmt: str | None) -> torch.Tensor:
+    """`t` with its values rounded to a matrix-product operand format, dtype unchanged:
+    "bf16" (round to nearest even, as a cast to bf16 does), "tf32" (fp32 with a 10-bit
+    mantissa, round to nearest, ties away: cvt.rna.tf32); None: unchanged."""
+    if fmt is None or not t.is_floating_point():
+        return t
+    if fmt == "bf16":
+        return t.to(torch.bfloat16).to(t.dtype)
+    if fmt == "tf32":
+        bits = t.to(torch.float32).contiguous().view(torch.int32)
+        bits = (bits + 0x1000) & ~0x1FFF          # add half of the dropped 13 bits, drop them
+        return bits.view(torch.float32).to(t.dtype)
+    raise ValueError(f"unknown operand format {fmt!r}")
 
-    def __init__(self, float_dtype: torch.dtype | None):
+
+class _Types:
+    """Element types used for computing: the spec's own, or every float type widened; and
+    the format contraction operands are rounded to first (None: not rounded)."""
+
+    def __init__(self, float_dtype: torch.dtype | None, operand_format: str | None = None):
         self.float_dtype = float_dtype
+        self.operand_format = operand_format
 
     def of(self, dtype: str) -> torch.dtype:
         t = torch_dtype(dtype)
@@ -379,6 +396,15 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
     inits = tensors[ni:]
     maps = op.indexing_maps
     red = op.reduction_dims
+
+    # a policy's operand rounding: both operands of a contraction (matmul or convolution)
+    if types.operand_format is not None and red:
+        con_any = recognize_contraction(op, projected=False)
+        if con_any is not None:
+            tensors = list(tensors)
+            for arg in con_any[:2]:
+                k = body.args.index(arg)
+                tensors[k] = round_operand(tensors[k], types.operand_format)
 
     # contraction fast path
     con = recognize_contraction(op) if red else None
@@ -531,13 +557,15 @@ def _needed_values(ops, results) -> set[str]:
     return needed
 
 
-def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None
-                 ) -> Callable[..., tuple[torch.Tensor, ...]]:
+def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
+                 operand_format: str | None = None) -> Callable[..., tuple[torch.Tensor, ...]]:
     """A PyTorch function computing the region: f(*args) -> tuple of results (spec order).
 
     dtype=None computes in the spec's element types; dtype=torch.float64 widens every
-    floating-point computation (results come back in float64)."""
-    types = _Types(dtype)
+    floating-point computation (results come back in float64). operand_format ("tf32",
+    "bf16") first rounds the two operands of every contraction to that format: the exact
+    result of the arithmetic a reduced-precision policy allows (round_operand)."""
+    types = _Types(dtype, operand_format)
     tensor_types = {t.name: (t.shape, t.dtype) for t in spec.args + spec.values}
     needed = _needed_values(spec.ops, spec.results)
 

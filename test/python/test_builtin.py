@@ -250,6 +250,16 @@ def test_targets_answer_the_same_questions():
     assert cpu.time_ms(lambda: None) >= 0
 
 
+def test_cuda_rows_of_a_few_columns_get_thousands_of_elements_a_block():
+    """Pooling windows (2-4 columns): BLOCK_R x BLOCK_C of 2-8K elements, not 8-64."""
+    t = get_target("cuda")
+    for cols in (2, 4, 16, 256):
+        for c in t.configs("rows", {"rows": 1 << 22, "cols": cols}):
+            assert 2048 <= c["BLOCK_R"] * c["BLOCK_C"] <= 32768, (cols, c)
+    assert t.configs("rows", {"rows": 4096, "cols": 4096})[0] == \
+        {"BLOCK_R": 1, "BLOCK_C": 4096, "num_warps": 4}
+
+
 def test_cuda_gemm_space_suits_hopper_and_small_m():
     t = get_target("cuda")
     big = t.configs("gemm", {"M": 4096, "N": 4096, "K": 4096, "precision": "bf16"})

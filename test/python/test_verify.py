@@ -109,3 +109,48 @@ def test_weights_read_by_a_contraction_are_drawn_at_initialization_scale():
     assert b.abs().max() > 2.0 / 32 ** 0.5
     again = Signature.from_json(json.loads(json.dumps(sig.to_json())))
     assert again == sig and torch.equal(make_inputs(again, 1, 8)[1], w)
+
+
+def test_reference_rounds_contraction_operands_for_a_policy():
+    from kforge.reference import reference_fn, round_operand
+    spec = _spec("matmul_bias")
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((8, 32), (32, 16), (16,)))
+    exact = reference_fn(spec, torch.float64)(x, w, b)[0]
+    for fmt, eps in (("bf16", 2.0 ** -8), ("tf32", 2.0 ** -10)):
+        r = round_operand(x, fmt)
+        assert (r - x).abs().max() <= eps * x.abs().max() and not torch.equal(r, x)
+        lowp = reference_fn(spec, torch.float64, operand_format=fmt)(x, w, b)[0]
+        want = round_operand(x, fmt) @ round_operand(w, fmt) + b
+        assert torch.allclose(lowp, want, rtol=0, atol=1e-12)
+        assert not torch.allclose(lowp, exact, rtol=0, atol=1e-9)   # the rounding shows
+    assert torch.equal(round_operand(torch.arange(4), "bf16"), torch.arange(4))  # ints untouched
+    assert torch.equal(round_operand(torch.tensor([1.0 + 2.0 ** -12]), "tf32"), torch.tensor([1.0]))
+
+
+def test_reduced_precision_policy_accepts_its_own_arithmetic_and_nothing_wrong():
+    """A bf16 GEMM + clamp on large operands: outputs are bounded, products are not, so bf16
+    operand rounding alone exceeds atol x RMS(out) against the exact result. A kernel doing
+    exactly the policy's arithmetic (bf16-rounded operands, fp32 accumulation) is accepted
+    against the policy's own reference; a wrong element is not."""
+    from kforge.reference import round_operand
+    sig = signature_of(_spec("add_relu"))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 1024, generator=g, dtype=torch.float64) * 3
+    w = torch.randn(1024, 16, generator=g, dtype=torch.float64) * 3
+
+    def clamp(t):
+        return t.clamp(-1.0, 2.0)
+
+    exact = clamp(x @ w)
+    policy = clamp(round_operand(x, "bf16") @ round_operand(w, "bf16"))
+    kernel = clamp(round_operand(x, "bf16").float() @ round_operand(w, "bf16").float())
+    plain = compare_outputs([kernel], [exact], sig, 256, 1e-2, 1e-2)
+    assert not plain.ok
+    assert compare_outputs([kernel], [exact], sig, 256, 1e-2, 1e-2, [policy]).ok
+    assert compare_outputs([exact.float()], [exact], sig, 256, 1e-2, 1e-2, [policy]).ok
+    wrong = kernel.clone()
+    wrong[7, 3] = 2.0 if exact[7, 3] < 1.0 else -1.0      # one element off by >= 1
+    bad = compare_outputs([wrong], [exact], sig, 256, 1e-2, 1e-2, [policy])
+    assert not bad.ok and "(7, 3)" in bad.message and "policy's own arithmetic" in bad.message
+    assert not compare_outputs([kernel * 1.05], [exact], sig, 256, 1e-2, 1e-2, [policy]).ok

@@ -65,7 +65,11 @@ def row_configs(problem: dict, max_block: int = 32768) -> list[dict]:
     if whole > 16384 and whole <= max_block:
         out += [{"BLOCK_R": 1, "BLOCK_C": whole, "num_warps": w} for w in (16, 32)]
     elif whole <= max_block:
-        for rows in ((1, 2, 4) if whole >= 1024 else (4, 8, 16)):
+        # short rows (pooling windows, small groups): enough rows a block for 2-8K elements;
+        # 4-16 rows of 2 columns made 2M blocks of 8 elements (gemm_max_pool on the H200:
+        # its rows pass took longer than the GEMM)
+        short = tuple(dict.fromkeys(max(4, n // whole) for n in (4096, 8192, 2048)))
+        for rows in ((1, 2, 4) if whole >= 1024 else short):
             if whole * rows > 32768:
                 continue
             warps = 16 if whole * rows >= 32768 else 8 if whole * rows >= 8192 else 4

@@ -12,6 +12,11 @@ class PrecisionPolicy:
     atol: float
     rtol: float
     compute: str
+    # The format this policy lets contraction operands be rounded to ("tf32", "bf16"; None for
+    # strict). Verification accepts a result that is within tolerance of the exact result OR
+    # of the exact result of the policy's own arithmetic (the same products with operands
+    # rounded to this format, kforge.reference `operand_format`).
+    operand_format: str | None = None
 
     def tolerance_text(self) -> str:
         return f"atol = rtol = {self.atol:g}" if self.atol == self.rtol else \
@@ -21,8 +26,8 @@ class PrecisionPolicy:
 POLICIES = {
     "strict": PrecisionPolicy("strict", 1e-4, 1e-4, "fp32 results (fp32-accurate emulation "
                               "allowed: tf32x3, hi/lo splits)"),
-    "tf32": PrecisionPolicy("tf32", 1e-2, 1e-2, "TF32 tensor cores"),
-    "bf16": PrecisionPolicy("bf16", 1e-2, 1e-2, "bf16 operands, fp32 accumulate"),
+    "tf32": PrecisionPolicy("tf32", 1e-2, 1e-2, "TF32 tensor cores", "tf32"),
+    "bf16": PrecisionPolicy("bf16", 1e-2, 1e-2, "bf16 operands, fp32 accumulate", "bf16"),
 }
 
 

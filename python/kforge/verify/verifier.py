@@ -143,6 +143,8 @@ class _Check:
     size: int
     domain: str
     reference: tuple = field(default=(), compare=False, repr=False)
+    # the policy's own arithmetic on the same inputs (operands rounded), or () for strict
+    alternative: tuple = field(default=(), compare=False, repr=False)
 
 
 def _reference_outputs(ref: Callable, args: list[torch.Tensor], device: str) -> tuple:
@@ -156,8 +158,9 @@ def _reference_outputs(ref: Callable, args: list[torch.Tensor], device: str) -> 
 
 
 def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[int],
-                  sizes: Sequence[int]) -> list[_Check]:
-    """Inputs per check (regenerated in the worker from the same seed) and their reference."""
+                  sizes: Sequence[int], policy_ref: Callable | None = None) -> list[_Check]:
+    """Inputs per check (regenerated in the worker from the same seed), their reference and,
+    with `policy_ref`, the result of the policy's own arithmetic on them."""
     plan = [(s, sizes[0]) for s in seeds]
     if sig.is_dynamic:
         plan += [(100 + s, sizes[1]) for s in seeds[:2]]
@@ -171,7 +174,10 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             if sum(int((~torch.isfinite(o)).sum()) for o in pos if o.is_floating_point()) < \
                     sum(int((~torch.isfinite(o)).sum()) for o in outs if o.is_floating_point()):
                 domain, outs = "positive", pos
-        checks.append(_Check(seed, size, domain, outs))
+        alt = ()
+        if policy_ref is not None:
+            alt = _reference_outputs(policy_ref, make_inputs(sig, seed, size, domain), device)
+        checks.append(_Check(seed, size, domain, outs, alt))
     return checks
 
 
@@ -192,8 +198,12 @@ def _index_text(flat: int, shape: Sequence[int]) -> str:
 
 
 def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
-                    sig: Signature, size: int, atol: float, rtol: float) -> _Comparison:
-    """Compare every element; the message says where and how it is wrong."""
+                    sig: Signature, size: int, atol: float, rtol: float,
+                    alternatives: Sequence[torch.Tensor] | None = None) -> _Comparison:
+    """Compare every element, on the reference's device: |out - ref| <= atol * max(1,
+    RMS(ref)) + rtol * |ref|. With `alternatives` (per result, the exact result of a
+    reduced-precision policy's own arithmetic), an element may instead be that close to the
+    alternative. The message says where and how it is wrong."""
     if len(outs) != len(refs):
         return _Comparison(False, f"launch returned {len(outs)} results; the region has "
                            f"{len(refs)}")
@@ -222,6 +232,14 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
         scale = max(1.0, float(r[finite].pow(2).mean().sqrt())) if finite.any() else 1.0
         err = (o - r).abs()
         tol = atol * scale + rtol * r.abs()
+        alt = alternatives[k] if alternatives and k < len(alternatives) else None
+        if alt is not None and alt.is_floating_point():
+            a = alt.to(r.device).double()
+            near_alt = torch.isfinite(a) & ((o - a).abs() <= atol * scale + rtol * a.abs())
+            err = torch.where(near_alt, torch.minimum(err, (o - a).abs()), err)
+            tol = torch.where(near_alt, torch.maximum(tol, atol * scale + rtol * a.abs()), tol)
+        else:
+            alt = None
         bad = torch.where(finite, ~(err <= tol), ~((o == r) | (torch.isnan(o) & torch.isnan(r))))
         if finite.any():
             e = err[finite]
@@ -237,7 +255,9 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
             n_nan = int((bad & torch.isnan(o)).sum())
             first = int(bad.flatten().nonzero()[0])
             msg = (f"{label} {list(want_shape)}: {n_bad} of {bad.numel()} elements outside "
-                   f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}")
+                   f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
+                   + (" of the exact result and of the policy's own arithmetic"
+                      if alt is not None else ""))
             if n_nan:
                 msg += f" ({n_nan} of them NaN: never written, or NaN computed)"
             msg += (f"; first at {_index_text(first, want_shape)}: got "
@@ -307,8 +327,12 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     if reference is None:
         from kforge.reference import reference_fn
         reference = reference_fn(spec, torch.float64)
+        policy_ref = (reference_fn(spec, torch.float64, operand_format=policy.operand_format)
+                      if policy.operand_format else None)
+    else:
+        policy_ref = None
     try:
-        checks = _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes)
+        checks = _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes, policy_ref)
     except Exception as exc:  # the oracle itself failed: not the candidate's fault
         raise OracleError(f"the reference of region {getattr(spec, 'name', '?')} failed: "
                           f"{type(exc).__name__}: {exc}") from exc
@@ -368,7 +392,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               f"launch modified its input(s) {', '.join(names)}; inputs must "
                               "be left unchanged", **common)
             outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
-            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol, policy.rtol)
+            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol, policy.rtol,
+                                  c.alternative)
             max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
             if not cmp.ok:
                 kind = "mismatch"
@@ -394,7 +419,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         if measure and timing:
             outs = torch.load(job_dir / "outputs_timed.pt", weights_only=True)
             cmp = compare_outputs(outs, checks[0].reference, sig, checks[0].size, policy.atol,
-                                  policy.rtol)
+                                  policy.rtol, checks[0].alternative)
             if not cmp.ok:
                 return record("rejected", "mismatch", "wrong result while being timed: "
                               + cmp.message, **common)
