@@ -177,6 +177,7 @@ def cmd_tune(args) -> int:
     from kforge.runtime import tune_package
     cache = None if args.no_cache else _cache_for_tune(args)
     results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
+                           repair=args.repair,
                            cache=cache, progress=lambda m: print(f"  {m}", file=sys.stderr))
     if not results:
         print(f"{args.package}: nothing to verify or tune for {package.target}")
@@ -243,6 +244,9 @@ def register(subparsers) -> None:
                     "package's manifest.")
     p.add_argument("package", metavar="PKG")
     p.add_argument("--rounds", type=int, default=0, help="optimization rounds per region")
+    p.add_argument("--repair", type=int, default=2, metavar="N",
+                   help="a builtin kernel that fails verification here is replaced by the next "
+                        "one the builtin generates that verifies, within N rounds (0: no)")
     p.add_argument("--provider", choices=PROVIDERS, default=None,
                    help="provider for optimization rounds (default: the kernel's own)")
     p.add_argument("--no-cache", action="store_true")

@@ -190,9 +190,12 @@ def pending_candidates(package: Package, target: str) -> list[str]:
 
 
 def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | None = None,
-                 cache=None, progress: Callable[[str], None] | None = None) -> dict:
+                 cache=None, progress: Callable[[str], None] | None = None,
+                 repair: int = 2) -> dict:
     """Verify the package's candidate kernels on this machine's device (and, with rounds > 0,
-    run optimization passes on its verified kernels); record the results in the manifest."""
+    run optimization passes on its verified kernels); record the results in the manifest.
+    A builtin kernel that fails here is replaced by the next one the builtin generates that
+    verifies, within `repair` generate/verify rounds (0: leave it rejected)."""
     from kforge.providers.base import Candidate
     from kforge.synth import SynthOptions, synthesize_region
     from kforge.verify import target_available, verify_candidate
@@ -237,6 +240,22 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             entry["verification"] = rec.to_json()
             entry["status"] = rec.status
             entry["time_ms"] = rec.time_ms
+            if not rec.verified and repair > 0 and entry.get("provider") == "builtin":
+                # the kernel compiled elsewhere failed here: let the loop generate the next
+                # ones in the builtin's order (it knows this one was tried), verify only
+                say(f"region {h}: {rec.reason}; repairing ({repair} rounds)")
+                from kforge.package import manifest_entry
+                opts = SynthOptions(target=target, precision=package.precision,
+                                    provider="builtin", rounds=0, functional_rounds=repair,
+                                    dynamic_sizes=sizes)
+                res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
+                                        log_dir=package.root / "regions")
+                if res.candidate is not None and res.status == "verified":
+                    new = manifest_entry(package.root, res, opts)
+                    new["requested_provider"] = entry.get("requested_provider", new["provider"])
+                    new["repaired_from"] = {"config": cand.config, "reason": rec.reason,
+                                            "message": rec.message[:500]}
+                    manifest["kernels"][h] = new
         else:
             continue
         results[h] = manifest["kernels"][h]["verification"]["status"]

@@ -215,3 +215,36 @@ def test_kforge_run_with_inputs_file(package, tmp_path, capsys):
     model, _ = load_model_file(TINY / "model.py")
     got = torch.load(tmp_path / "out.pt")[0]
     torch.testing.assert_close(got, model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_tune_repairs_a_builtin_kernel_that_fails_on_this_machine(tmp_path):
+    """A builtin kernel compiled elsewhere that fails verification here is replaced by the next
+    one the builtin generates (verify-only rounds); with repair=0 it stays rejected."""
+    import hashlib
+
+    from kforge.package import compile_regions
+    from kforge.runtime import tune_package
+
+    def sabotaged(name):
+        pkg = tmp_path / name
+        compile_regions(TINY, pkg, SynthOptions(target="cpu", rounds=0),
+                        weights_path=tiny_weights(tmp_path), model_path=TINY / "model.py")
+        manifest = read_manifest(pkg)
+        h, entry = next(iter(manifest["kernels"].items()))
+        assert entry["provider"] == "builtin"
+        broken = (pkg / entry["source"]).read_text().replace("def launch(", "def launch(:", 1)
+        (pkg / entry["source"]).write_text(broken)
+        entry.update(sha256=hashlib.sha256(broken.encode()).hexdigest(), status="candidate",
+                     verification={"status": "candidate"})
+        write_manifest(pkg, manifest)
+        return pkg, h
+
+    pkg, h = sabotaged("repaired")
+    assert tune_package(pkg)[h] == "verified"
+    entry = read_manifest(pkg)["kernels"][h]
+    assert entry["repaired_from"]["reason"] == "syntax_error"
+    assert "def launch(:" not in (pkg / entry["source"]).read_text()
+    assert h in load_package(pkg, tune=False).kernels          # used without another check
+
+    pkg, h = sabotaged("left")
+    assert tune_package(pkg, repair=0)[h] == "rejected"
