@@ -557,3 +557,16 @@ def test_generate_skips_every_candidate_the_loop_tried():
         cand = provider.generate(dataclasses.replace(req, tried=tuple(seen)))[0]
         assert cand.id not in seen
         seen.append(cand.id)
+
+
+def test_tf32_policy_takes_fp16x3_first_when_b_is_n_major_in_memory():
+    """Hopper's tf32 wgmma needs a K-major B: `x @ W` with W [K, N] read as it lies goes to
+    fp16x3 first (16-bit wgmma takes either layout); nn.Linear (W^T, K-major) stays tf32; the
+    interpreter keeps the target's own order."""
+    engine = Path(__file__).parent / "fixtures" / "engine"
+    x_at_w = load_spec(engine / "matmul_bias.json")
+    linear = load_spec(SPECS / "matmul_bias_relu.json")
+    first = lambda spec, target: config_space(spec, target, "tf32")[0].get("input_precision")
+    assert first(x_at_w, "cuda") == "fp16x3"
+    assert first(linear, "cuda") == "tf32"
+    assert first(x_at_w, "cpu") != "fp16x3"

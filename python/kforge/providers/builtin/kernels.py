@@ -427,11 +427,12 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
         return schemes + tuple(p for p in target.dot_input_precisions("tf32")
                                if p not in schemes)[:1]
     if precision == "tf32" and not target.interpreter and fp16x3_eligible(spec, stage) \
-            and _activation_b_n_major(spec, stage.contraction):
-        # Hopper's tf32 wgmma takes B only K-major: an N-major B (bmm's second operand, read
-        # as it is in memory) drops tf32 to ~70 TFLOP/s on the H200 (bmm 16x2048x1024x2048:
-        # 1.91 ms tf32 vs 1.26 ms fp16x3, whose pass writes K-major planes). fp16x3 is more
-        # accurate than tf32, so it is a valid tf32-policy kernel; tf32 stays second.
+            and _b_n_major(spec, stage.contraction):
+        # Hopper's tf32 wgmma takes B only K-major: an N-major B (bmm's second operand, or
+        # `x @ W`, read as it is in memory) drops tf32 to ~70 TFLOP/s on the H200 (bmm
+        # 16x2048x1024x2048: 1.91 ms tf32 vs 1.26 ms fp16x3; x @ W + leaky ReLU + softmax
+        # 4096x2048x4096: 1.55x vs 3.19x over torch.compile). 16-bit wgmma takes either
+        # layout, and fp16x3 is more accurate than tf32, so it is a valid tf32-policy kernel.
         return (FP16X3,) + schemes
     if precision != "strict" or not fp16x3_eligible(spec, stage) or FP16X3 in schemes:
         return schemes
@@ -442,11 +443,12 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
     return schemes[:1] + (FP16X3,) + schemes[1:]
 
 
-def _activation_b_n_major(spec: KernelSpec, c: Contraction) -> bool:
-    """B is a region argument read as it lies (no producer op), not a weight, and its
-    contiguous (last) dimension is an output-column (N) dimension."""
+def _b_n_major(spec: KernelSpec, c: Contraction) -> bool:
+    """B is a region argument read as it lies (no producer op: bmm's second operand, or a
+    weight used as `x @ W`), and its contiguous (last) dimension is an output-column (N)
+    dimension. (nn.Linear's weight reaches the product through a transpose: K-major.)"""
     name = c.op.operands[c.b]
-    if spec.producer(name) is not None or _weight_source(spec, name) is not None:
+    if spec.producer(name) is not None:
         return False
     if not any(a.name == name for a in spec.args):
         return False
