@@ -14,6 +14,7 @@
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <optional>
 #include <queue>
 
 using namespace mlir;
@@ -437,9 +438,12 @@ FusionCandidateAnalysis::FusionCandidateAnalysis(Block &block,
       if (opRole == FusionRole::Reduction || elementwise)
         grow(&op);
     }
+    mergeSiblingGroups();
   }
 
   for (Group &group : work) {
+    if (group.ops.empty())
+      continue; // merged into another group
     FusionGroup result;
     result.ops.assign(group.ops.begin(), group.ops.end());
     llvm::sort(result.ops, [&](Operation *a, Operation *b) {
@@ -580,6 +584,93 @@ void FusionCandidateAnalysis::add(unsigned groupId, Operation *op) {
   if (isa<linalg::LinalgOp>(op))
     ++group.linalgOps;
   groupOf[op] = groupId;
+}
+
+/// Rows x columns of a reduction's iteration space (parallel x reduction points); none when
+/// a loop range is dynamic.
+static std::optional<std::pair<int64_t, int64_t>> getRowsAndCols(linalg::LinalgOp op) {
+  int64_t rows = 1, cols = 1;
+  for (auto [range, type] :
+       llvm::zip(op.getStaticLoopRanges(), op.getIteratorTypesArray())) {
+    if (ShapedType::isDynamic(range))
+      return std::nullopt;
+    (type == utils::IteratorType::reduction ? cols : rows) *= range;
+  }
+  return std::make_pair(rows, cols);
+}
+
+bool FusionCandidateAnalysis::canMerge(unsigned from, unsigned into) const {
+  const Group &source = work[from], &target = work[into];
+  if (source.linalgOps + target.linalgOps > options.maxOps)
+    return false;
+  // No anchors (their regions stay as they grew), and one pass over the same rows: every
+  // reduction of both groups has the same rows x columns.
+  std::optional<std::pair<int64_t, int64_t>> shape;
+  for (const Group *group : {&source, &target}) {
+    for (Operation *op : group->ops) {
+      FusionRole opRole = role(op);
+      if (opRole == FusionRole::Anchor)
+        return false;
+      if (group == &source && !consumerAllowed(op))
+        return false;
+      if (opRole != FusionRole::Reduction)
+        continue;
+      auto opShape = getRowsAndCols(cast<linalg::LinalgOp>(op));
+      if (!opShape || (shape && *shape != *opShape))
+        return false;
+      shape = opShape;
+    }
+  }
+  // The merged region is placed where `into` is: every other reader of `from` comes after.
+  int64_t merged = std::max(source.position, target.position);
+  for (Operation *op : source.ops) {
+    for (Operation *user : op->getUsers()) {
+      Operation *ancestor = block.findAncestorOpInBlock(*user);
+      if (!ancestor)
+        return false;
+      if (source.ops.contains(ancestor) || target.ops.contains(ancestor))
+        continue;
+      if (effectivePosition(ancestor) <= merged)
+        return false;
+    }
+  }
+  return true;
+}
+
+void FusionCandidateAnalysis::mergeSiblingGroups() {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (unsigned from = 0; from < work.size(); ++from) {
+      if (work[from].ops.empty())
+        continue;
+      // The one other group that reads this group's values.
+      std::optional<unsigned> reader;
+      bool single = true;
+      for (Operation *op : work[from].ops) {
+        for (Operation *user : op->getUsers()) {
+          Operation *ancestor = block.findAncestorOpInBlock(*user);
+          auto it = ancestor ? groupOf.find(ancestor) : groupOf.end();
+          if (it == groupOf.end() || it->second == from)
+            continue;
+          single &= !reader || *reader == it->second;
+          reader = it->second;
+        }
+      }
+      if (!reader || !single || !canMerge(from, *reader))
+        continue;
+      Group &source = work[from], &target = work[*reader];
+      for (Operation *op : source.ops) {
+        target.ops.insert(op);
+        groupOf[op] = *reader;
+      }
+      target.linalgOps += source.linalgOps;
+      target.position = std::max(target.position, source.position);
+      source.ops.clear();
+      source.linalgOps = 0;
+      changed = true;
+    }
+  }
 }
 
 void FusionCandidateAnalysis::grow(Operation *seed) {

@@ -17,6 +17,9 @@
 //    an operand produced after that point, or a value of the group needed by an op outside
 //    before it. A value used outside stays available as a region result; nothing is computed
 //    twice except pure cheap producers.
+//  * A group without an anchor whose values only one later group reads is merged into that
+//    group, when their reductions are over the same rows: a sibling chain off a shared input,
+//    like torch-mlir's f32 mean of a layer norm beside its f64 variance, is one kernel with it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KFORGE_FUSIONANALYSIS_H
@@ -108,6 +111,8 @@ private:
   };
 
   void grow(Operation *seed);
+  void mergeSiblingGroups();
+  bool canMerge(unsigned from, unsigned into) const;
   bool canAdd(unsigned groupId, Operation *op);
   void add(unsigned groupId, Operation *op);
   bool consumerAllowed(Operation *op) const;

@@ -57,9 +57,11 @@ def KForgeFormRegions : Pass<"kforge-form-regions", "::mlir::ModuleOp"> {
     activations, clamps, division), `reduction`s (row reductions, the pieces of softmax,
     log-softmax and normalizations, pooling), `reshape`s between them. Cheap producers of its
     operands (fills, transposes, broadcasts, empties, small constants, reshapes of inputs) are
-    recomputed inside the region. A value that is also used outside the region stays available
-    as a region result; no op is moved where that would break dominance; ops the analysis does
-    not know stay outside, untouched.
+    recomputed inside the region. A region without an anchor whose values only one later region
+    reads is merged into it when all their reductions are over the same rows (the f32 mean that
+    torch-mlir computes beside a layer norm's f64 variance). A value that is also used outside
+    the region stays available as a region result; no op is moved where that would break
+    dominance; ops the analysis does not know stay outside, untouched.
 
     Before:
     ```mlir

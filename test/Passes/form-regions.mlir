@@ -365,6 +365,88 @@ func.func @standalone(%x: tensor<4x8xf32>, %init: tensor<4xf32>) -> (tensor<4xf3
 
 // -----
 
+// Sibling chains off a shared input, as in torch-mlir's layer norm (an f32 mean beside the f64
+// variance): the row max is grouped after the chain that reads it was seeded, and is merged
+// into it, since both reduce the same rows. One region.
+// CHECK-LABEL: func.func @sibling_rows
+// CHECK: kforge.fusion_region "reduction"
+// CHECK-SAME: fused = ["exp", "reduce_sum", "reduce_max", "bias"]
+// CHECK-NOT: kforge.fusion_region
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @sibling_rows(%x: tensor<4x8xf32>, %init: tensor<4xf32>) -> tensor<4x8xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %exp = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %y = math.exp %in : f32
+    linalg.yield %y : f32
+  } -> tensor<4x8xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%exp : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %y = arith.addf %in, %acc : f32
+    linalg.yield %y : f32
+  } -> tensor<4xf32>
+  %max = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %y = arith.maximumf %in, %acc : f32
+    linalg.yield %y : f32
+  } -> tensor<4xf32>
+  %out = linalg.generic {indexing_maps = [#row, #row, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%sum, %max : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%s: f32, %m: f32, %o: f32):
+    %y = arith.addf %s, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<4x8xf32>
+  return %out : tensor<4x8xf32>
+}
+
+// -----
+
+// The same, but the sibling reduces columns: other rows, so it stays a region of its own (one
+// pass over the rows could not compute it).
+// CHECK-LABEL: func.func @sibling_columns
+// CHECK: %[[MAX:.*]] = kforge.fusion_region "reduction"
+// CHECK-SAME: fused = ["reduce_max"]
+// CHECK: kforge.fusion_region "reduction" ({{.*}}%[[MAX]]
+// CHECK-SAME: fused = ["exp", "reduce_sum", "bias"]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @sibling_columns(%x: tensor<4x8xf32>, %init: tensor<4xf32>, %cinit: tensor<8xf32>) -> tensor<4x8xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %exp = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %y = math.exp %in : f32
+    linalg.yield %y : f32
+  } -> tensor<4x8xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%exp : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %y = arith.addf %in, %acc : f32
+    linalg.yield %y : f32
+  } -> tensor<4xf32>
+  %max = linalg.generic {indexing_maps = [#map, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : tensor<4x8xf32>) outs(%cinit : tensor<8xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %y = arith.maximumf %in, %acc : f32
+    linalg.yield %y : f32
+  } -> tensor<8xf32>
+  %out = linalg.generic {indexing_maps = [#row, #col, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%sum, %max : tensor<4xf32>, tensor<8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%s: f32, %m: f32, %o: f32):
+    %y = arith.addf %s, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<4x8xf32>
+  return %out : tensor<4x8xf32>
+}
+
+// -----
+
 // A linalg op whose body holds something the kernel spec cannot describe (here a gather with
 // tensor.extract) stays outside; so do ops on buffers.
 // CHECK-LABEL: func.func @unsupported_bodies
