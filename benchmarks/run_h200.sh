@@ -20,7 +20,7 @@
 #   SHARD_IDS    the shards this call runs (default: all). With SHARDS > GPUs, run the rest in
 #                later calls and merge here: kforge bench --merge a/bench.json b/bench.json --out DIR
 #   BUDGET_S     no new workload starts after this many seconds from the start (default 520)
-#   TUNE_JOBS    packages verified at a time (default 6); TUNE_ROUNDS (default 0): optimization
+#   TUNE_JOBS    packages verified at a time (default 8 per GPU); TUNE_ROUNDS (default 0): optimization
 #                rounds per region (>0 times configurations: then TUNE_JOBS = number of GPUs);
 #                TUNE_TIMEOUT per package (default 180 s); SKIP_TUNE=1 skips the tuning
 #   PREP_S       no tuning or precompile job starts after this many seconds (default 200); what
@@ -78,7 +78,7 @@ if [ ! -d "$PACKAGES" ]; then
   PKG_ARGS=(--packages "$WORK/no-packages")
 elif [ "${SKIP_TUNE:-0}" != 1 ] && [ "$TARGET" = cuda ]; then
   ROUNDS="${TUNE_ROUNDS:-0}"
-  JOBS="${TUNE_JOBS:-$([ "$ROUNDS" -gt 0 ] && echo "$NGPU" || echo 6)}"
+  JOBS="${TUNE_JOBS:-$([ "$ROUNDS" -gt 0 ] && echo "$NGPU" || echo $((8 * NGPU)))}"
   (
     # shellcheck disable=SC2086
     "$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
