@@ -24,7 +24,8 @@ def smoke_run(tmp_path_factory, repo_root):
     pytest.importorskip("matplotlib")
     out = tmp_path_factory.mktemp("bench")
     proc = _kforge(repo_root, "bench", *WORKLOADS, "--target", "cpu", "--smoke", "--baselines",
-                   "eager", "--precision", "strict", "--out", str(out))
+                   "eager", "--precision", "strict", "--out", str(out),
+                   "--checkpoint", str(out / "partial" / "run.json"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, json.loads((out / "bench.json").read_text())
 
@@ -45,6 +46,21 @@ def test_outputs_written(smoke_run):
     for name in WORKLOADS:
         assert f"| {name} |" in md
     assert "torch.compile: not requested (--baselines)" in md
+
+
+def test_checkpoint_holds_every_workload_and_merges(smoke_run, repo_root, tmp_path):
+    """The checkpoint rewritten after each workload ends with all of them, says it is partial,
+    and `--merge` takes it as a shard (what run_h200.sh does for a call cut off by its limit)."""
+    out, doc = smoke_run
+    part = json.loads((out / "partial" / "run.json").read_text())
+    assert [w["name"] for w in part["workloads"]] == WORKLOADS
+    assert any(n.startswith("partial: 2 of 2") for n in part["notes"])
+    assert part["environment"]["kforge_source_sha256"] == doc["environment"]["kforge_source_sha256"]
+    proc = _kforge(repo_root, "bench", "--merge", str(out / "partial" / "run.json"),
+                   "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    merged = json.loads((tmp_path / "bench.json").read_text())
+    assert sorted(w["name"] for w in merged["workloads"]) == sorted(WORKLOADS)
 
 
 def test_json_fields(smoke_run):

@@ -202,6 +202,26 @@ def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds:
     return failed
 
 
+def _write_build_record(out: Path, policies: list[str], target: str) -> None:
+    """OUT/BUILD.json: which code built the folder (commit, uncommitted changes, code digest)."""
+    from kforge.bench.report import source_digest
+    root = Path(__file__).resolve().parents[3]
+
+    def git(*a):
+        try:
+            return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except Exception:   # noqa: BLE001 - informational
+            return ""
+    import torch
+    record = {"built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "git_commit": git("rev-parse", "HEAD") or None,
+              "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+              "kforge_source_sha256": source_digest(), "target": target, "policies": policies,
+              "torch": torch.__version__}
+    (out / "BUILD.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
 def folder_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -248,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,
                              args.gpus, args.deadline) else 0
     args.out.mkdir(parents=True, exist_ok=True)
+    _write_build_record(args.out, policies, args.target)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="kforge-bench-pkg-") as tmp, \
             concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

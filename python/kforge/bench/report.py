@@ -51,7 +51,22 @@ def environment(target: str) -> dict:
                                            capture_output=True, text=True, timeout=10).stdout.strip() or None
     except Exception:
         env["git_commit"] = None
+    # A copy of the tree (a device machine's) may carry stale git metadata; the digest of the
+    # code that ran says which commit it was: `python -m kforge.bench.report --digest` there.
+    env["kforge_source_sha256"] = source_digest()
     return env
+
+
+def source_digest() -> str:
+    """sha256 (16 hex digits) over python/kforge/**/*.py, paths and contents."""
+    import hashlib
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
 
 
 def summarize_suite(workloads: list[dict], precisions: list[str]) -> dict:
@@ -161,7 +176,9 @@ def markdown(doc: dict) -> str:
         "# KForge benchmark",
         "",
         f"- hardware: **{env.get('hardware')}**; date {env.get('date')}; torch {env.get('torch')}, "
-        f"triton {env.get('triton')}, Python {env.get('python')}; commit `{env.get('git_commit')}`",
+        f"triton {env.get('triton')}, Python {env.get('python')}; commit `{env.get('git_commit')}`"
+        + (f" (code digest `{env['kforge_source_sha256']}`)" if env.get("kforge_source_sha256")
+           else ""),
         f"- target `{cfg['target']}`, sizes `{cfg['scale']}`, precision policies: "
         f"{', '.join('`%s`' % p for p in cfg['precisions'])}; provider `{cfg.get('provider')}`; "
         f"KForge packages: {cfg.get('kforge_source')}",
@@ -335,3 +352,7 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+if __name__ == "__main__":   # python -m kforge.bench.report --digest
+    print(source_digest())
