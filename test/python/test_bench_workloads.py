@@ -52,6 +52,15 @@ def test_workload_smoke_and_full_size(wl):
         assert 128 <= m <= 32768 and 1024 <= full["K"] <= 32768 and 1024 <= full["N"] <= 32768
 
 
+def test_shards_cover_the_suite_once_and_open_with_the_transformer_block():
+    suite = workloads.discover(None)
+    parts = [workloads.shard(suite, i, 4) for i in range(4)]
+    names = [w.name for p in parts for w in p]
+    assert sorted(names) == sorted(w.name for w in suite) and len(set(names)) == len(suite)
+    assert parts[0][0].name == "transformer_block"          # measured first when time is short
+    assert workloads.shards(suite, ["0/4", "1/4"]) == parts[0] + parts[1]
+
+
 def test_flop_count_of_a_linear_layer():
     wl = next(w for w in SUITE if w.name == "gemm_bias_relu")
     model, inputs = wl.instantiate("smoke", "cpu")

@@ -95,10 +95,13 @@ def discover(selectors: list[str] | None, root: Path | None = None) -> list[Work
 
 
 def shard(workloads: list[Workload], index: int, count: int) -> list[Workload]:
-    """Every count-th workload from index: shards of one suite run on several GPUs."""
+    """Every count-th workload from index: shards of one suite run on several GPUs. End-to-end
+    workloads (tag `transformer`) are dealt first, so that they open shard 0, 1, ...: a run
+    cut short by its time budget still measures them."""
     if not 0 <= index < count:
         raise UserError(f"--shard {index}/{count}: index must be in [0, {count})")
-    return workloads[index::count]
+    ordered = sorted(workloads, key=lambda w: "transformer" not in w.tags())
+    return ordered[index::count]
 
 
 def parse_shard(text: str) -> tuple[int, int]:
