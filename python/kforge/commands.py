@@ -186,6 +186,34 @@ def cmd_tune(args) -> int:
     return 0 if all(s == "verified" for s in results.values()) else 1
 
 
+def cmd_xcompile(args) -> int:
+    import json
+    import warnings
+
+    from kforge.crosscompile import compile_package
+    warnings.filterwarnings("ignore", module="triton")
+    report = compile_package(args.package, arch=args.arch)
+    bad = 0
+    print(f"{'region':16s} {'kernel':44s} {'ok':3s} {'mma':8s} {'regs':>4s} {'spill':>6s} "
+          f"{'smem KB':>7s} {'warps':>5s} {'s':>5s}")
+    for h, kernels in report.items():
+        for k in kernels:
+            bad += not k.ok
+            spill = "" if k.spill_stores is None else str(k.spill_stores + (k.spill_loads or 0))
+            print(f"{h:16s} {k.name[-44:]:44s} {'yes' if k.ok else 'NO':3s} {k.mma or '-':8s} "
+                  f"{k.registers or '':>4} {spill:>6s} "
+                  f"{'' if k.shared_bytes is None else round(k.shared_bytes / 1024):>7} "
+                  f"{k.num_warps or '':>5} {k.compile_s:5.1f}")
+            if k.error:
+                print(f"    {k.error.splitlines()[0][:300]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {h: [k.to_json() for k in ks] for h, ks in report.items()}, indent=1) + "\n")
+    print(f"{sum(len(k) for k in report.values())} kernels, {bad} failed to compile for "
+          f"sm_{args.arch}")
+    return 1 if bad else 0
+
+
 def _cache_for_tune(args):
     from kforge.cache import KernelCache
     return KernelCache(args.cache_dir, "refresh")
@@ -252,3 +280,13 @@ def register(subparsers) -> None:
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=cmd_tune)
+
+    p = subparsers.add_parser(
+        "xcompile", help="compile a cuda package's kernels for an NVIDIA GPU that is not here",
+        description="Compile every kernel of a cuda package for sm_ARCH with the local Triton "
+                    "(no GPU needed) and report per kernel: wgmma or not, registers, spills, "
+                    "shared memory, compile errors. The GPU host's verification still decides.")
+    p.add_argument("package", metavar="PKG")
+    p.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100/H200)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON")
+    p.set_defaults(func=cmd_xcompile)

@@ -64,6 +64,63 @@ def candidates(spec, target, precision: str, configs: list[dict] | None = None) 
     return out
 
 
+XCOMPILE_TRIES = 4     # configurations compiled for the absent GPU before giving up on a clean one
+
+
+def _screen_here(target) -> bool:
+    """Compile candidates for the target's GPU before proposing them: a cuda target on a
+    machine without a CUDA device (cross-compiling), unless KFORGE_XCOMPILE=0."""
+    import os
+    if target.name != "cuda" or os.environ.get("KFORGE_XCOMPILE", "1") == "0":
+        return False
+    try:
+        import torch
+        return not torch.cuda.is_available()
+    except Exception:   # noqa: BLE001
+        return False
+
+
+def _screened(spec, target, precision: str, eligible: list[dict], want: int) -> list[Candidate]:
+    """Where the GPU is absent nothing can be timed, but everything can be compiled for it
+    (kforge.crosscompile): propose, in the usual order, configurations whose kernels compile
+    for sm_90 without register spills; after XCOMPILE_TRIES without one, the first in order.
+    The screen's finding goes into the candidate's notes."""
+    from kforge.crosscompile import compile_source
+    shapes = [([8 if d is None else int(d) for d in a.shape], a.dtype) for a in spec.args]
+    arch = getattr(target, "sm", 90)
+    if precision == "bf16":
+        # bf16's fp32-operand configurations are for a rejected bf16 kernel, not for a spill
+        eligible = sorted(eligible, key=lambda c: bool(c.get("input_precision")))
+    picked, fallback = [], []
+    for config in eligible[:XCOMPILE_TRIES + want - 1]:
+        found = candidates(spec, target, precision, [config])
+        if not found:
+            continue
+        cand = found[0]
+        try:
+            reports = compile_source(cand.source, shapes, arch, name=f"r{spec.hash}",
+                                     weights=tuple(i for i, a in enumerate(spec.args)
+                                                   if a.weight))
+        except Exception as exc:   # noqa: BLE001 - the screen must never stop a compile
+            return candidates(spec, target, precision, eligible[:want])
+        spills = sum((r.spill_stores or 0) for r in reports)
+        errors = [r for r in reports if not r.ok]
+        what = (f"sm_{arch} compile (local Triton): " + (
+            f"{len(errors)} kernel(s) failed: {errors[0].error.splitlines()[0][:160]}" if errors
+            else f"wgmma {'yes' if any(r.mma == 'wgmma' for r in reports) else 'no'}, registers "
+                 f"{max((r.registers or 0) for r in reports)}, spills {spills} bytes"))
+        cand = Candidate(cand.id, cand.provider, cand.source, cand.config,
+                         notes=f"{cand.notes}; {what}")
+        if not errors and spills == 0:
+            picked.append(cand)
+            if len(picked) >= want:
+                return picked
+        else:
+            fallback.append(cand)
+    return (picked + fallback)[:want] if picked or fallback else \
+        candidates(spec, target, precision, eligible[:want])
+
+
 class BuiltinProvider(Provider):
     name = "builtin"
 
@@ -88,7 +145,7 @@ class BuiltinProvider(Provider):
                         pass
         order = wanted + space
         seen: set[str] = set()
-        picked = []
+        eligible = []
         for config in order:
             key = _config_key(config)
             if key in seen:
@@ -100,10 +157,10 @@ class BuiltinProvider(Provider):
             cid = f"builtin-{spec.hash}-{request.precision}-{target.name}-c{idx}"
             if cid in tried:
                 continue
-            picked.append(config)
-            if len(picked) >= request.num_candidates:
-                break
-        return candidates(spec, target, request.precision, picked)
+            eligible.append(config)
+        if _screen_here(target):
+            return _screened(spec, target, request.precision, eligible, request.num_candidates)
+        return candidates(spec, target, request.precision, eligible[:request.num_candidates])
 
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
         target = get_target(request.target)

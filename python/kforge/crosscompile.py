@@ -1,0 +1,165 @@
+"""Compile a package's (or a candidate's) Triton kernels for a GPU that is not here.
+
+On a machine without the GPU, `kforge xcompile PKG` runs each kernel's `launch` on meta tensors
+with Triton's launcher replaced by a compile for the target architecture (Triton's own argument
+binder and specialization, then `triton.compile` for `GPUTarget("cuda", 90, 32)`, i.e. H100 /
+H200), and reports per kernel: whether the matrix products became Hopper `wgmma`, registers,
+spill stores and loads (ptxas -v), shared memory, and compile errors. It runs the local Triton,
+which may differ from the GPU host's; the host's own verification is what decides.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from kforge.errors import UserError
+
+_TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+          "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
+          "i1": torch.bool, "index": torch.int64}
+
+
+@dataclass
+class KernelReport:
+    name: str
+    ok: bool
+    error: str = ""
+    mma: str = ""                 # "wgmma" (Hopper), "mma.sync" (Ampere-style), "" (none)
+    registers: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    shared_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    compile_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _ptxas_info(ptx: str, arch: int) -> tuple[int | None, int | None, int | None]:
+    """(registers, spill store bytes, spill load bytes) from `ptxas -v`, or Nones."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        ptxas = get_ptxas(arch).path
+    except Exception:   # noqa: BLE001 - older Triton: one ptxas
+        try:
+            from triton import knobs
+            ptxas = knobs.nvidia.ptxas.path
+        except Exception:   # noqa: BLE001
+            return None, None, None
+    with tempfile.TemporaryDirectory(prefix="kforge-ptxas-") as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a", str(src), "-o",
+                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True,
+                              timeout=300)
+    text = proc.stdout + proc.stderr
+    regs = re.search(r"Used (\d+) registers", text)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    return (int(regs.group(1)) if regs else None,
+            int(spill.group(1)) if spill else None, int(spill.group(2)) if spill else None)
+
+
+def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: int = 90,
+                   name: str = "candidate", weights: tuple[int, ...] = ()) -> list[KernelReport]:
+    """Run `launch` from `source` on meta tensors of the given (shape, dtype) arguments (after
+    `prepare_weights` of the `weights` argument indices, when the source defines it), compiling
+    each kernel launch for sm_`arch` instead of running it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as triton_compile, make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    reports: list[KernelReport] = []
+
+    def compile_launch(fn, *args, grid=None, warmup=False, **kwargs):
+        t0 = time.perf_counter()
+        rep = KernelReport(fn.__name__, False, num_warps=kwargs.get("num_warps"),
+                           num_stages=kwargs.get("num_stages"))
+        reports.append(rep)
+        try:
+            kwargs.setdefault("debug", False)
+            binder = create_function_from_signature(fn.signature, fn.params, backend)
+            bound, specialization, options = binder(*args, **kwargs)
+            options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
+                                                                  specialization, options)
+            kernel = triton_compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                                    options=options.__dict__)
+            ptx = kernel.asm.get("ptx", "")
+            rep.mma = "wgmma" if "wgmma" in ptx else "mma.sync" if "mma.sync" in ptx else ""
+            rep.shared_bytes = int(getattr(kernel.metadata, "shared", 0) or 0)
+            rep.registers, rep.spill_stores, rep.spill_loads = _ptxas_info(ptx, arch)
+            rep.ok = True
+        except Exception as exc:   # noqa: BLE001 - reported per kernel
+            rep.error = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
+        rep.compile_s = round(time.perf_counter() - t0, 2)
+        return None
+
+    tmp = tempfile.TemporaryDirectory(prefix="kforge-xcompile-")
+    path = Path(tmp.name) / f"{name}.py"          # @triton.jit needs a real file for its source
+    path.write_text(source)
+    interpret = os.environ.pop("TRITON_INTERPRET", None)   # real JITFunctions, not the interpreter's
+    try:
+        spec = importlib.util.spec_from_file_location(f"kforge_xcompile_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:   # noqa: BLE001
+        tmp.cleanup()
+        return [KernelReport(name, False, f"the source does not load: {type(exc).__name__}: {exc}")]
+    finally:
+        if interpret is not None:
+            os.environ["TRITON_INTERPRET"] = interpret
+    if not callable(module.__dict__.get("launch")):
+        return [KernelReport(name, False, "the source defines no launch()")]
+    args = [torch.empty(shape, dtype=_TORCH[dtype], device="meta") for shape, dtype in arg_shapes]
+    original = JITFunction.run
+    JITFunction.run = compile_launch
+    try:
+        prepare = module.__dict__.get("prepare_weights")
+        if callable(prepare) and weights:
+            prepared = prepare({i: args[i] for i in weights})
+            args = [prepared.get(i, a) for i, a in enumerate(args)]
+        module.launch(*args)
+    except Exception as exc:   # noqa: BLE001 - launch itself failed on meta tensors
+        reports.append(KernelReport(name, False, f"launch() failed on meta tensors: "
+                                    f"{type(exc).__name__}: {str(exc)[:500]}"))
+    finally:
+        JITFunction.run = original
+        tmp.cleanup()
+    if not reports:
+        reports.append(KernelReport(name, False, "launch() launched no Triton kernel"))
+    return reports
+
+
+def compile_package(pkg: str | os.PathLike, arch: int = 90,
+                    dynamic_size: int = 1024) -> dict[str, list[KernelReport]]:
+    """compile_source for every kernel of a package (dynamic dimensions at `dynamic_size`)."""
+    from kforge.package import open_package, read_manifest
+    package = open_package(pkg)
+    if package.target not in ("cuda",):
+        raise UserError(f"{package.root} targets {package.target}; `kforge xcompile` compiles "
+                        "cuda packages for an NVIDIA architecture")
+    manifest = read_manifest(package.root)
+    out = {}
+    for h, entry in manifest["kernels"].items():
+        spec = package.specs.get(h)
+        if spec is None:
+            continue
+        shapes = [([dynamic_size if d is None else int(d) for d in a.shape], a.dtype)
+                  for a in spec.args]
+        source = (package.root / entry["source"]).read_text()
+        out[h] = compile_source(source, shapes, arch, name=f"region_{h}",
+                                weights=tuple(i for i, a in enumerate(spec.args) if a.weight))
+    return out

@@ -1,0 +1,87 @@
+"""Compiling kernels for an absent NVIDIA GPU (kforge.crosscompile, `kforge xcompile`) with the
+real Triton compiler and ptxas, for sm_90: matrix products must become Hopper wgmma."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kforge.providers.base import GenerationRequest
+from kforge.providers.builtin import BuiltinProvider, candidates
+from kforge.spec import load_spec
+
+SPECS = Path(__file__).parent / "fixtures" / "specs"
+pytest.importorskip("triton.backends.nvidia.compiler")
+xc = pytest.importorskip("kforge.crosscompile")
+
+
+def _compile(spec, cand):
+    shapes = [([8 if d is None else d for d in a.shape], a.dtype) for a in spec.args]
+    weights = tuple(i for i, a in enumerate(spec.args) if a.weight)
+    return xc.compile_source(cand.source, shapes, 90, name="t", weights=weights)
+
+
+@pytest.mark.parametrize("policy", ["strict", "tf32", "bf16"])
+def test_builtin_gemm_compiles_to_wgmma_for_sm90(policy, monkeypatch):
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")          # the config as the space orders it
+    spec = load_spec(SPECS / "matmul_bias_relu.json")
+    cand = candidates(spec, "cuda", policy)[0]
+    reports = _compile(spec, cand)
+    assert reports and all(r.ok for r in reports), [r.error for r in reports]
+    gemm = [r for r in reports if r.name.endswith("_gemm")]
+    assert gemm and all(r.mma == "wgmma" for r in gemm)
+    assert all(r.registers and r.spill_stores is not None for r in reports)
+
+
+def test_rows_kernel_compiles_and_a_broken_source_is_reported():
+    spec = load_spec(SPECS / "layer_norm.json")
+    reports = _compile(spec, candidates(spec, "cuda", "strict")[0])
+    assert all(r.ok and r.mma == "" for r in reports)
+    broken = candidates(spec, "cuda", "strict")[0]
+    bad = _compile(spec, type(broken)(broken.id, "t", broken.source.replace("tl.reduce(",
+                                                                            "tl.reduce_nope(", 1)))
+    assert bad and not all(r.ok for r in bad)
+    assert "reduce_nope" in " ".join(r.error for r in bad)
+    assert not xc.compile_source("def launch(:", [], 90)[0].ok
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the screen runs only without a GPU")
+def test_absent_gpu_screen_skips_configs_that_spill(monkeypatch):
+    """Without the GPU the builtin compiles its pick for sm_90 first; a configuration whose
+    kernels spill is passed over for the next one in order, and the notes say why."""
+    spec = load_spec(SPECS / "matmul_bias_relu.json")
+    calls = []
+
+    def fake(source, shapes, arch, name="", weights=()):
+        calls.append(source)
+        spill = 64 if len(calls) == 1 else 0
+        return [xc.KernelReport("k_gemm", True, mma="wgmma", registers=255 if spill else 160,
+                                spill_stores=spill, spill_loads=spill)]
+    monkeypatch.setattr(xc, "compile_source", fake)
+    req = GenerationRequest(spec, "", "", "bf16", "cuda", "functional", 0)
+    cand = BuiltinProvider().generate(req)[0]
+    assert len(calls) == 2 and cand.config != candidates(spec, "cuda", "bf16")[0].config
+    assert not cand.config.get("input_precision")      # still a bf16 configuration
+    assert "spills 0 bytes" in cand.notes and "registers 160" in cand.notes
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")
+    calls.clear()
+    assert BuiltinProvider().generate(req)[0].config == candidates(spec, "cuda", "bf16")[0].config
+    assert calls == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="cross-compiling test")
+def test_kforge_xcompile_command(tmp_path, repo_root):
+    pkg = tmp_path / "pkg"
+    env_py = [sys.executable, "-m", "kforge.cli"]
+    model = repo_root / "examples" / "gemm_softmax.py"
+    proc = subprocess.run(env_py + ["compile", str(model), "-o", str(pkg), "--target", "cuda"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run(env_py + ["xcompile", str(pkg), "--json", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "wgmma" in proc.stdout and "0 failed to compile for sm_90" in proc.stdout
+    assert (tmp_path / "x.json").read_text().count('"ok": true') >= 1
