@@ -46,6 +46,14 @@ class KernelReport:
         return asdict(self)
 
 
+def _triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except Exception:   # noqa: BLE001
+        return "not installed"
+
+
 def _ptxas_info(ptx: str, arch: int) -> tuple[int | None, int | None, int | None]:
     """(registers, spill store bytes, spill load bytes) from `ptxas -v`, or Nones."""
     try:
@@ -148,6 +156,12 @@ def compile_package(pkg: str | os.PathLike, arch: int = 90,
     """compile_source for every kernel of a package (dynamic dimensions at `dynamic_size`)."""
     from kforge.package import open_package, read_manifest
     package = open_package(pkg)
+    try:
+        import triton.backends.nvidia.compiler  # noqa: F401
+        from triton.compiler import make_backend  # noqa: F401
+    except Exception as exc:   # noqa: BLE001
+        raise UserError(f"this Triton ({_triton_version()}) has no NVIDIA backend to compile "
+                        f"with: {exc}") from None
     if package.target not in ("cuda",):
         raise UserError(f"{package.root} targets {package.target}; `kforge xcompile` compiles "
                         "cuda packages for an NVIDIA architecture")
