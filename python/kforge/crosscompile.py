@@ -21,11 +21,7 @@ from pathlib import Path
 import torch
 
 from kforge.errors import UserError
-
-_TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
-          "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
-          "i1": torch.bool, "index": torch.int64}
-
+from kforge.verify.inputs import TORCH_DTYPES, signature_of
 
 @dataclass
 class KernelReport:
@@ -83,7 +79,6 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
     """Run `launch` from `source` on meta tensors of the given (shape, dtype) arguments (after
     `prepare_weights` of the `weights` argument indices, when the source defines it), compiling
     each kernel launch for sm_`arch` instead of running it."""
-    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile as triton_compile, make_backend
     from triton.runtime.jit import JITFunction, create_function_from_signature
@@ -115,40 +110,49 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
         rep.compile_s = round(time.perf_counter() - t0, 2)
         return None
 
-    tmp = tempfile.TemporaryDirectory(prefix="kforge-xcompile-")
-    path = Path(tmp.name) / f"{name}.py"          # @triton.jit needs a real file for its source
-    path.write_text(source)
-    interpret = os.environ.pop("TRITON_INTERPRET", None)   # real JITFunctions, not the interpreter's
-    try:
-        spec = importlib.util.spec_from_file_location(f"kforge_xcompile_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except Exception as exc:   # noqa: BLE001
-        tmp.cleanup()
-        return [KernelReport(name, False, f"the source does not load: {type(exc).__name__}: {exc}")]
-    finally:
-        if interpret is not None:
-            os.environ["TRITON_INTERPRET"] = interpret
-    if not callable(module.__dict__.get("launch")):
-        return [KernelReport(name, False, "the source defines no launch()")]
-    args = [torch.empty(shape, dtype=_TORCH[dtype], device="meta") for shape, dtype in arg_shapes]
-    original = JITFunction.run
-    JITFunction.run = compile_launch
-    try:
-        prepare = module.__dict__.get("prepare_weights")
-        if callable(prepare) and weights:
-            prepared = prepare({i: args[i] for i in weights})
-            args = [prepared.get(i, a) for i, a in enumerate(args)]
-        module.launch(*args)
-    except Exception as exc:   # noqa: BLE001 - launch itself failed on meta tensors
-        reports.append(KernelReport(name, False, f"launch() failed on meta tensors: "
-                                    f"{type(exc).__name__}: {str(exc)[:500]}"))
-    finally:
-        JITFunction.run = original
-        tmp.cleanup()
+    with tempfile.TemporaryDirectory(prefix="kforge-xcompile-") as tmp:
+        path = Path(tmp) / f"{name}.py"          # @triton.jit needs a real file for its source
+        path.write_text(source)
+        interpret = os.environ.pop("TRITON_INTERPRET", None)   # real JITFunctions, not the interpreter's
+        try:
+            spec = importlib.util.spec_from_file_location(f"kforge_xcompile_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception as exc:   # noqa: BLE001
+            return [KernelReport(name, False,
+                                 f"the source does not load: {type(exc).__name__}: {exc}")]
+        finally:
+            if interpret is not None:
+                os.environ["TRITON_INTERPRET"] = interpret
+        if not callable(module.__dict__.get("launch")):
+            return [KernelReport(name, False, "the source defines no launch()")]
+        args = [torch.empty(shape, dtype=TORCH_DTYPES[dtype], device="meta")
+                for shape, dtype in arg_shapes]
+        original = JITFunction.run
+        JITFunction.run = compile_launch
+        try:
+            prepare = module.__dict__.get("prepare_weights")
+            if callable(prepare) and weights:
+                prepared = prepare({i: args[i] for i in weights})
+                args = [prepared.get(i, a) for i, a in enumerate(args)]
+            module.launch(*args)
+        except Exception as exc:   # noqa: BLE001 - launch itself failed on meta tensors
+            reports.append(KernelReport(name, False, f"launch() failed on meta tensors: "
+                                        f"{type(exc).__name__}: {str(exc)[:500]}"))
+        finally:
+            JITFunction.run = original
     if not reports:
         reports.append(KernelReport(name, False, "launch() launched no Triton kernel"))
     return reports
+
+
+def compile_candidate(source: str, spec, arch: int = 90, dynamic_size: int = 8,
+                      name: str = "candidate") -> list[KernelReport]:
+    """compile_source with a region's arguments: its spec's shapes (dynamic dimensions at
+    `dynamic_size`), dtypes and weight arguments."""
+    sig = signature_of(spec)
+    return compile_source(source, [(list(a.concrete(dynamic_size)), a.dtype) for a in sig.args],
+                          arch, name=name, weights=sig.weight_indices)
 
 
 def compile_package(pkg: str | os.PathLike, arch: int = 90,
@@ -171,9 +175,6 @@ def compile_package(pkg: str | os.PathLike, arch: int = 90,
         spec = package.specs.get(h)
         if spec is None:
             continue
-        shapes = [([dynamic_size if d is None else int(d) for d in a.shape], a.dtype)
-                  for a in spec.args]
         source = (package.root / entry["source"]).read_text()
-        out[h] = compile_source(source, shapes, arch, name=f"region_{h}",
-                                weights=tuple(i for i, a in enumerate(spec.args) if a.weight))
+        out[h] = compile_candidate(source, spec, arch, dynamic_size, name=f"region_{h}")
     return out

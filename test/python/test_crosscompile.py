@@ -19,9 +19,7 @@ xc = pytest.importorskip("kforge.crosscompile")
 
 
 def _compile(spec, cand):
-    shapes = [([8 if d is None else d for d in a.shape], a.dtype) for a in spec.args]
-    weights = tuple(i for i, a in enumerate(spec.args) if a.weight)
-    return xc.compile_source(cand.source, shapes, 90, name="t", weights=weights)
+    return xc.compile_candidate(cand.source, spec, 90, name="t")
 
 
 @pytest.mark.parametrize("policy", ["strict", "tf32", "bf16"])

@@ -85,8 +85,7 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int) -> 
     (kforge.crosscompile): propose, in the usual order, configurations whose kernels compile
     for sm_90 without register spills; after XCOMPILE_TRIES without one, the first in order.
     The screen's finding goes into the candidate's notes."""
-    from kforge.crosscompile import compile_source
-    shapes = [([8 if d is None else int(d) for d in a.shape], a.dtype) for a in spec.args]
+    from kforge.crosscompile import compile_candidate
     arch = getattr(target, "sm", 90)
     if precision == "bf16":
         # bf16's fp32-operand configurations are for a rejected bf16 kernel, not for a spill
@@ -98,10 +97,8 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int) -> 
             continue
         cand = found[0]
         try:
-            reports = compile_source(cand.source, shapes, arch, name=f"r{spec.hash}",
-                                     weights=tuple(i for i, a in enumerate(spec.args)
-                                                   if a.weight))
-        except Exception as exc:   # noqa: BLE001 - the screen must never stop a compile
+            reports = compile_candidate(cand.source, spec, arch, name=f"r{spec.hash}")
+        except Exception:   # noqa: BLE001 - the screen must never stop a compile
             return candidates(spec, target, precision, eligible[:want])
         spills = sum((r.spill_stores or 0) for r in reports)
         errors = [r for r in reports if not r.ok]
