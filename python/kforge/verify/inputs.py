@@ -91,20 +91,24 @@ def signature_of(spec) -> Signature:
 
 def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
     """{weight argument: reduction extent of the contraction (matmul, convolution) that reads
-    it}, for a parsed KernelSpec (a JSON dict gives {}). Extents that are dynamic are skipped."""
+    it, through layout-only ops}, for a parsed KernelSpec (a JSON dict gives {}). Extents that
+    are dynamic are skipped."""
     ops = getattr(spec, "ops", None)
     if not ops:
         return {}
     from kforge.reference import recognize_contraction   # parent process only
     from kforge.spec import AffineDim, GenericOp, ReshapeOp
-    weights = {_field(a, "name") for a in _field(spec, "args")
-               if (a.get("weight") if isinstance(a, dict) else getattr(a, "weight", None))}
+    weights = {a.name for a in spec.args if a.weight}
+
+    def source(name):           # through transposes, casts and reshapes to what they read
+        op = spec.producer(name)
+        while isinstance(op, ReshapeOp) or (isinstance(op, GenericOp) and not op.reduction_dims
+                                            and op.num_inputs == 1 and len(op.results) == 1):
+            name = op.operands[0]
+            op = spec.producer(name)
+        return name
+
     out: dict[str, int] = {}
-    producers = {}          # value -> the one input of the layout-only op that made it
-    for op in ops:
-        if isinstance(op, ReshapeOp) or (isinstance(op, GenericOp) and not op.reduction_dims
-                                         and op.num_inputs == 1 and len(op.results) == 1):
-            producers[op.results[0]] = op.operands[0]
     for op in ops:
         if not isinstance(op, GenericOp) or not op.reduction_dims:
             continue
@@ -123,10 +127,7 @@ def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
                 break
             extent *= int(size)
         for arg in con[:2]:
-            name = op.operands[op.body.args.index(arg)]
-            seen = 0
-            while name in producers and seen < 16:   # through transposes, casts, reshapes
-                name, seen = producers[name], seen + 1
+            name = source(op.operands[op.body.args.index(arg)])
             if extent > 1 and name in weights:
                 out[name] = max(out.get(name, 0), extent)
     return out

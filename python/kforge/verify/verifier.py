@@ -167,16 +167,16 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
     checks = []
     for seed, size in plan:
         domain = "mixed"
-        outs = _reference_outputs(ref, make_inputs(sig, seed, size, domain), device)
+        inputs = make_inputs(sig, seed, size, domain)
+        outs = _reference_outputs(ref, inputs, device)
         if any(o.is_floating_point() and not torch.isfinite(o).all() for o in outs):
             # the region is undefined on some negative inputs (log, sqrt, pow...): use positives
-            pos = _reference_outputs(ref, make_inputs(sig, seed, size, "positive"), device)
+            positive = make_inputs(sig, seed, size, "positive")
+            pos = _reference_outputs(ref, positive, device)
             if sum(int((~torch.isfinite(o)).sum()) for o in pos if o.is_floating_point()) < \
                     sum(int((~torch.isfinite(o)).sum()) for o in outs if o.is_floating_point()):
-                domain, outs = "positive", pos
-        alt = ()
-        if policy_ref is not None:
-            alt = _reference_outputs(policy_ref, make_inputs(sig, seed, size, domain), device)
+                domain, outs, inputs = "positive", pos, positive
+        alt = _reference_outputs(policy_ref, inputs, device) if policy_ref is not None else ()
         checks.append(_Check(seed, size, domain, outs, alt))
     return checks
 
@@ -233,13 +233,12 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
         err = (o - r).abs()
         tol = atol * scale + rtol * r.abs()
         alt = alternatives[k] if alternatives and k < len(alternatives) else None
-        if alt is not None and alt.is_floating_point():
+        if alt is not None:          # a float result's alternative (ints returned above)
             a = alt.to(r.device).double()
-            near_alt = torch.isfinite(a) & ((o - a).abs() <= atol * scale + rtol * a.abs())
-            err = torch.where(near_alt, torch.minimum(err, (o - a).abs()), err)
-            tol = torch.where(near_alt, torch.maximum(tol, atol * scale + rtol * a.abs()), tol)
-        else:
-            alt = None
+            err_alt, tol_alt = (o - a).abs(), atol * scale + rtol * a.abs()
+            near_alt = torch.isfinite(a) & (err_alt <= tol_alt)
+            err = torch.where(near_alt, torch.minimum(err, err_alt), err)
+            tol = torch.where(near_alt, torch.maximum(tol, tol_alt), tol)
         bad = torch.where(finite, ~(err <= tol), ~((o == r) | (torch.isnan(o) & torch.isnan(r))))
         if finite.any():
             e = err[finite]
