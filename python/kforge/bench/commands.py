@@ -163,8 +163,10 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         compile_mode=args.compile_mode,
         baseline_precision=args.baseline_precision, compile_times=args.compile_times,
         workdir=out / "work", deadline=_deadline(args, start))
+    env = report.environment(target)        # nvidia-smi, git, the code digest: once a run
+
     def document(results, partial=False):
-        return report.build_document(report.environment(target), _config_json(
+        return report.build_document(env, _config_json(
             args, config, target, precisions, baselines, shard, start),
             peaks.to_json(), [r.to_json() for r in results],
             notes + ([f"partial: {len(results)} of {len(selected)} workloads done when written"]

@@ -204,19 +204,13 @@ def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds:
 
 def _write_build_record(out: Path, policies: list[str], target: str) -> None:
     """OUT/BUILD.json: which code built the folder (commit, uncommitted changes, code digest)."""
-    from kforge.bench.report import source_digest
-    root = Path(__file__).resolve().parents[3]
-
-    def git(*a):
-        try:
-            return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        except Exception:   # noqa: BLE001 - informational
-            return ""
     import torch
+
+    from kforge.bench.report import git_output, source_digest
     record = {"built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "git_commit": git("rev-parse", "HEAD") or None,
-              "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+              "git_commit": git_output("rev-parse", "HEAD") or None,
+              "uncommitted_changes": bool(git_output("status", "--porcelain",
+                                                     "--untracked-files=no")),
               "kforge_source_sha256": source_digest(), "target": target, "policies": policies,
               "torch": torch.__version__}
     (out / "BUILD.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -45,16 +45,21 @@ def environment(target: str) -> dict:
             pass
     else:
         env["hardware"] = f"{platform.processor() or platform.machine()} CPU (Triton interpreter)"
-    try:
-        root = Path(__file__).resolve().parents[3]
-        env["git_commit"] = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                                           capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except Exception:
-        env["git_commit"] = None
+    env["git_commit"] = git_output("rev-parse", "HEAD") or None
     # A copy of the tree (a device machine's) may carry stale git metadata; the digest of the
     # code that ran says which commit it was: `python -m kforge.bench.report --digest` there.
     env["kforge_source_sha256"] = source_digest()
     return env
+
+
+def git_output(*args: str) -> str:
+    """`git ARGS` in the repository holding this code, stripped ('' where git cannot answer)."""
+    try:
+        root = Path(__file__).resolve().parents[3]
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except Exception:   # noqa: BLE001 - informational
+        return ""
 
 
 def source_digest() -> str:
@@ -66,7 +71,6 @@ def source_digest() -> str:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
-
 
 
 def summarize_suite(workloads: list[dict], precisions: list[str]) -> dict:
