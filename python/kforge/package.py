@@ -90,6 +90,7 @@ def manifest_entry(pkg: Path, result, options) -> dict:
         "time_ms": result.time_ms,
         "rounds": result.rounds,
         "notes": result.candidate.notes,
+        "candidate_id": result.candidate.id,
     }
 
 

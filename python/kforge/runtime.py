@@ -213,7 +213,9 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             continue
         spec = package.specs[h]
         source = (package.root / entry["source"]).read_text()
-        cand = Candidate(id=f"pkg-{h}", provider=entry.get("provider", "?"), source=source,
+        # the provider's own id, so that a provider asked again knows this one was tried
+        cand = Candidate(id=entry.get("candidate_id", f"pkg-{h}"),
+                         provider=entry.get("provider", "?"), source=source,
                          config=entry.get("launch", {}).get("config", {}))
         status = (entry.get("verification") or {}).get("status")
         if rounds > 0 and status in ("verified", "candidate"):
@@ -241,15 +243,15 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             entry["status"] = rec.status
             entry["time_ms"] = rec.time_ms
             if not rec.verified and repair > 0 and entry.get("provider") == "builtin":
-                # the kernel compiled elsewhere failed here: let the loop generate the next
-                # ones in the builtin's order (it knows this one was tried), verify only
+                # the kernel compiled elsewhere failed here: the loop takes this verdict and
+                # generates the next ones in the builtin's order, verify only
                 say(f"region {h}: {rec.reason}; repairing ({repair} rounds)")
                 from kforge.package import manifest_entry
                 opts = SynthOptions(target=target, precision=package.precision,
                                     provider="builtin", rounds=0, functional_rounds=repair,
                                     dynamic_sizes=sizes)
                 res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
-                                        log_dir=package.root / "regions")
+                                        incumbent_record=rec, log_dir=package.root / "regions")
                 if res.candidate is not None and res.status == "verified":
                     new = manifest_entry(package.root, res, opts)
                     new["requested_provider"] = entry.get("requested_provider", new["provider"])

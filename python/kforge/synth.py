@@ -265,13 +265,17 @@ class _RegionLoop:
                                timeout_s=self.opt.timeout_s, measure=measure,
                                timing_reps=self.opt.timing_reps, work_dir=self.work_dir)
         if log:
-            self.tried += 1
-            if cand.id not in self.tried_ids:
-                self.tried_ids.append(cand.id)
-            self.log.write("candidate", candidate={
-                "id": cand.id, "provider": cand.provider, "config": cand.config,
-                "notes": cand.notes, "source": cand.source}, verification=rec.to_json())
+            self.record(cand, rec)
         return rec
+
+    def record(self, cand: Candidate, rec: VerificationRecord) -> None:
+        """Count and log a candidate's verification (made here or handed in)."""
+        self.tried += 1
+        if cand.id not in self.tried_ids:
+            self.tried_ids.append(cand.id)
+        self.log.write("candidate", candidate={
+            "id": cand.id, "provider": cand.provider, "config": cand.config,
+            "notes": cand.notes, "source": cand.source}, verification=rec.to_json())
 
     @staticmethod
     def feedback(cand: Candidate, rec: VerificationRecord, recommendations=()) -> Feedback:
@@ -394,12 +398,15 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
                       reference: Callable | None = None, work_dir: str | Path | None = None,
                       progress: Callable[[str], None] | None = None,
                       incumbent: Candidate | None = None,
+                      incumbent_record: VerificationRecord | None = None,
                       on_verified: Callable[[RegionResult], None] | None = None
                       ) -> RegionResult:
     """Run the loop for one region (a kforge.spec.KernelSpec). Never raises for bad kernels;
     raises CacheMiss in cache-only mode, ProviderError if even the builtin provider fails.
     `incumbent`: a kernel to start from (e.g. `kforge tune` on a package's kernel); when it
-    verifies, the functional passes are skipped and only optimization passes run.
+    verifies, the functional passes are skipped and only optimization passes run;
+    `incumbent_record`: its verification on this machine, when the caller has just made it
+    (not repeated).
     `on_verified(result)`: called as soon as a kernel verifies, before optimization (a package
     records it then, so an interrupted compile does not redo the region)."""
     start = time.monotonic()
@@ -455,7 +462,11 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
     why = ""
     try:
         if incumbent is not None and available:
-            rec = loop.verify(incumbent, measure=True)
+            if incumbent_record is not None:
+                rec = incumbent_record
+                loop.record(incumbent, rec)
+            else:
+                rec = loop.verify(incumbent, measure=True)
             if rec.verified:
                 loop.best, loop.best_record = incumbent, rec
         if loop.best is None:
