@@ -529,20 +529,60 @@ def test_gemm_epilogue_maps_reshapes_and_transposes_back_onto_the_tile():
         assert ix.ravel(heads, (2, 2, 32)) == ix.add(ix.mul(b, ix.const(32)), rm)
 
 
-def test_bf16_offers_fp32_operands_second_and_last():
-    """Under bf16 the space holds two fp32-operand configurations (tf32 tiles; ieee in the
-    interpreter), second and last: the loop's next round takes the second when the first
-    (bf16 operands) misses 1e-2 on the verifier's inputs."""
+def test_bf16_offers_fp16x1_second_and_fp32_operands_last():
+    """Under bf16, after the first bf16-operand configuration: fp16x1 (scaled fp16 operands,
+    one product: the bf16 rate, 8x finer rounding), which the loop's next round takes when the
+    bf16 kernel misses the verifier's margin; fp32 operands (tf32 tiles; ieee in the
+    interpreter) last."""
     s = spec("matmul_bias_relu")
     for target, scheme in (("cuda", "tf32"), ("cpu", "ieee")):
         space = config_space(s, target, "bf16")
         assert space[0].get("input_precision") is None
-        tail = [c for c in space if c.get("input_precision")]
-        assert len(tail) == 2 and all(c["input_precision"] == scheme for c in tail)
-        assert space[1] == tail[0] and space[-1] == tail[1]
-        assert target == "cpu" or all(c["BLOCK_K"] == 32 for c in tail)   # 4-byte tiles
+        assert space[1]["input_precision"] == "fp16x1"
+        tail = [c.get("input_precision") for c in space if c.get("input_precision")]
+        assert tail == ["fp16x1", "fp16x1", scheme, scheme]
+        assert space[-1]["input_precision"] == scheme
+        assert target == "cpu" or all(c["BLOCK_K"] == 32 for c in space
+                                      if c.get("input_precision") == scheme)   # 4-byte tiles
     src = generate_source(s, get_target("cpu"), "bf16", config_space(s, "cpu", "bf16")[-1])
     assert "bfloat16" not in src and 'input_precision="ieee"' in src
+    for policy in ("strict", "tf32"):
+        assert all(c.get("input_precision") != "fp16x1" for c in config_space(s, "cuda", policy))
+
+
+def _fp16x1(name, target="cpu"):
+    return next(c for c in candidates(spec(name), target, "bf16")
+                if c.config.get("input_precision") == "fp16x1")
+
+
+def test_fp16x1_one_product_of_hi_planes(tmp_path):
+    """fp16x1 for the GPU: the activation pass writes one fp16 plane (no lo plane), the K loop
+    has one fp16 product and undoes the power-of-two scales after it; the weight keeps
+    prepare_weights' scaled fp16 layout."""
+    src = _fp16x1("matmul_bias_relu", "cuda").source
+    assert src.count("tl.dot(") == 1 and "a_lo" not in src and "b_lo" not in src
+    assert "torch.empty((1, " in src and "dtype=torch.float16" in src
+    assert "def prepare_weights" in src and "acc = acc *" in src
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_relu", "bmm_scale_softmax",
+                                  "linear_gelu_layer_norm_softmax"])
+def test_fp16x1_rounds_operands_finer_than_bf16(name, tmp_path):
+    """On the verifier's inputs (the interpreter computes the fp16 operands' products exactly in
+    fp32), fp16x1 is within the bf16 policy's tolerance and at least 4x closer to the exact
+    result than the exact result of bf16-rounded operands."""
+    from kforge.verify.inputs import make_inputs, signature_of
+    s = spec(name)
+    module = load_candidate(_fp16x1(name).source, tmp_path / f"fp16x1_{name}.py")
+    exact = reference_fn(s, dtype=torch.float64)
+    bf16 = reference_fn(s, dtype=torch.float64, operand_format="bf16")
+    for seed in (1, 2, 3):
+        args = make_inputs(signature_of(s), seed, 0)
+        got = run_candidate(module, s, args)
+        for g, e, r in zip(got, exact(*args), bf16(*args)):
+            torch.testing.assert_close(g.double(), e.double(), atol=1e-2, rtol=1e-2)
+            err, err_bf16 = (g.double() - e).abs().max(), (r - e).abs().max()
+            assert err * 4 < err_bf16, (float(err), float(err_bf16))
 
 
 def test_generate_skips_every_candidate_the_loop_tried():

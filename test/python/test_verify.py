@@ -154,3 +154,22 @@ def test_reduced_precision_policy_accepts_its_own_arithmetic_and_nothing_wrong()
     bad = compare_outputs([wrong], [exact], sig, 256, 1e-2, 1e-2, [policy])
     assert not bad.ok and "(7, 3)" in bad.message and "policy's own arithmetic" in bad.message
     assert not compare_outputs([kernel * 1.05], [exact], sig, 256, 1e-2, 1e-2, [policy]).ok
+
+
+@pytest.mark.parametrize("factor,precision,status", [
+    (1.009, "tf32", "rejected"), (1.009, "bf16", "rejected"),
+    (1.002, "bf16", "verified"), (1.002, "strict", "rejected")])
+def test_reduced_precision_policies_keep_a_margin_on_unit_scale_inputs(factor, precision, status):
+    """A result off by 0.9 % is within atol = rtol = 1e-2 everywhere, but a reduced-precision
+    candidate must stay within half that on the unit-scale checks (REDUCED_PRECISION_MARGIN);
+    0.2 % passes tf32/bf16 and still fails strict."""
+    src = _source("good_add_relu").replace("tl.maximum(x + b[None, :], 0.0)",
+                                           f"tl.maximum(x + b[None, :], 0.0) * {factor}")
+    assert src != _source("good_add_relu")
+    sig = signature_of(_spec("add_relu"))
+    ref = torch.full((4, 16), 3.0)
+    assert compare_outputs([ref * factor], [ref], sig, 4, 1e-2, 1e-2).ok   # the plain contract
+    record = verify_candidate(_spec("add_relu"), src, "cpu", precision)
+    assert record.status == status, record.message
+    if status == "rejected" and precision != "strict":
+        assert record.reason == "mismatch" and "margin on unit-scale inputs" in record.message

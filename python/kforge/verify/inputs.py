@@ -133,6 +133,12 @@ def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
     return out
 
 
+def seed_scale(seed: int) -> float:
+    """The per-seed scale of a check's float inputs: 1, 0.5 or 2 (seed % 3). Seeds of scale 2
+    are the wide-magnitude checks (values up to 4)."""
+    return (1.0, 0.5, 2.0)[int(seed) % 3]
+
+
 def make_inputs(sig: Signature, seed: int, dynamic_size: int,
                 domain: str = "mixed") -> list[torch.Tensor]:
     """Random arguments for one check, on the CPU, from a seed.
@@ -145,7 +151,7 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
     indices); booleans: random.
     """
     gen = torch.Generator().manual_seed(int(seed))
-    scale = (1.0, 0.5, 2.0)[seed % 3]
+    scale = seed_scale(seed)
     out = []
     for a in sig.args:
         shape = a.concrete(dynamic_size)

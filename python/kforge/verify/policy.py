@@ -13,9 +13,10 @@ class PrecisionPolicy:
     rtol: float
     compute: str
     # The format this policy lets contraction operands be rounded to ("tf32", "bf16"; None for
-    # strict). Verification accepts a result that is within tolerance of the exact result OR
-    # of the exact result of the policy's own arithmetic (the same products with operands
-    # rounded to this format, kforge.reference `operand_format`).
+    # strict). Verification (kforge.verify.verifier, REDUCED_PRECISION_MARGIN) holds such a
+    # policy's candidates to half its tolerance on unit-scale inputs, and on wide-magnitude
+    # inputs accepts the exact result OR that of the policy's own arithmetic (the same products
+    # with operands rounded to this format, kforge.reference `operand_format`).
     operand_format: str | None = None
 
     def tolerance_text(self) -> str:

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from kforge.verify.inputs import Signature, TORCH_DTYPES, make_inputs, signature_of
+from kforge.verify.inputs import Signature, TORCH_DTYPES, make_inputs, seed_scale, signature_of
 from kforge.verify.policy import get_policy
 from kforge.verify.sandbox import run_worker
 from kforge.verify.static import static_check
@@ -143,8 +143,24 @@ class _Check:
     size: int
     domain: str
     reference: tuple = field(default=(), compare=False, repr=False)
-    # the policy's own arithmetic on the same inputs (operands rounded), or () for strict
+    # the policy's own arithmetic on the same inputs (operands rounded): on the wide-magnitude
+    # checks of a reduced-precision policy; () elsewhere
     alternative: tuple = field(default=(), compare=False, repr=False)
+    # the fraction of the policy's tolerance this check allows (REDUCED_PRECISION_MARGIN on
+    # the unit-scale checks of a reduced-precision policy)
+    tol_scale: float = 1.0
+
+
+# A reduced-precision policy (tf32, bf16) promises atol = rtol = 1e-2 against the exact result.
+# Our inputs are not the user's, and operand rounding that uses most of the tolerance on ours
+# exceeds it on theirs (measured on the H200, 2026-11-30: bf16 GEMM + layer / group / batch
+# norm kernels within 1e-2 on the verifier's inputs were 0.0126-0.0145 off eager on the
+# workloads'). So on unit-scale inputs (seed scale <= 1) a candidate must be within half the
+# tolerance of the exact result. On the wide-magnitude check (scale 2, values up to 4) no
+# computation with operands rounded to the policy's format can promise 1e-2 on a bounded
+# output (tanh, clamp, a norm), so there an element may instead be within the tolerance of
+# the exact result of the policy's own arithmetic: the candidate computes what it claims.
+REDUCED_PRECISION_MARGIN = 0.5
 
 
 def _reference_outputs(ref: Callable, args: list[torch.Tensor], device: str) -> tuple:
@@ -176,8 +192,13 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             if sum(int((~torch.isfinite(o)).sum()) for o in pos if o.is_floating_point()) < \
                     sum(int((~torch.isfinite(o)).sum()) for o in outs if o.is_floating_point()):
                 domain, outs, inputs = "positive", pos, positive
-        alt = _reference_outputs(policy_ref, inputs, device) if policy_ref is not None else ()
-        checks.append(_Check(seed, size, domain, outs, alt))
+        alt, tol_scale = (), 1.0
+        if policy_ref is not None:
+            if seed_scale(seed) > 1:
+                alt = _reference_outputs(policy_ref, inputs, device)
+            else:
+                tol_scale = REDUCED_PRECISION_MARGIN
+        checks.append(_Check(seed, size, domain, outs, alt, tol_scale))
     return checks
 
 
@@ -391,8 +412,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               f"launch modified its input(s) {', '.join(names)}; inputs must "
                               "be left unchanged", **common)
             outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
-            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol, policy.rtol,
-                                  c.alternative)
+            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
+                                  policy.rtol * c.tol_scale, c.alternative)
             max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
             if not cmp.ok:
                 kind = "mismatch"
@@ -401,7 +422,9 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                     kind = "wrong_signature"
                 return record("rejected", kind, f"check {i + 1}/{len(checks)} (seed {c.seed}"
                               + (f", dynamic dims = {c.size}" if sig.is_dynamic else "")
-                              + f", inputs {c.domain}): {cmp.message}", **common,
+                              + f", inputs {c.domain}): {cmp.message}"
+                              + (f" [{c.tol_scale:g} of the {policy.name} tolerance: the margin "
+                                 "on unit-scale inputs]" if c.tol_scale < 1 else ""), **common,
                               max_abs_err=cmp.max_abs, max_rel_err=cmp.max_rel)
         err = result.get("error")
         if err:
@@ -417,8 +440,9 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         timing = result.get("timing")
         if measure and timing:
             outs = torch.load(job_dir / "outputs_timed.pt", weights_only=True)
-            cmp = compare_outputs(outs, checks[0].reference, sig, checks[0].size, policy.atol,
-                                  policy.rtol, checks[0].alternative)
+            c = checks[0]
+            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
+                                  policy.rtol * c.tol_scale, c.alternative)
             if not cmp.ok:
                 return record("rejected", "mismatch", "wrong result while being timed: "
                               + cmp.message, **common)
