@@ -134,3 +134,25 @@ def test_goals_of_issue_6():
     assert "| GEMM suite geomean >= 2x (strict) | 2.12x | reached |" in text     # sqrt(2.5 * 1.8)
     assert "| GEMM suite geomean >= 8x (bf16) | 7.35x | not reached |" in text   # sqrt(9 * 6)
     assert "| geomean >= 60% of the roofline floor (bf16) | 59% | not reached |" in text
+
+
+def test_merge_of_a_one_policy_remeasurement_keeps_the_other_policies(tmp_path):
+    """A later call that re-measures bf16 alone replaces the bf16 result; strict stays, marked
+    with the baselines of its own run; a later full result replaces everything."""
+    first = _doc([_workload("gemm_a", ["gemm"], {"strict": 2.0, "bf16": None}),
+                  _workload("gemm_b", ["gemm"], {"strict": 3.0, "bf16": 9.0})])
+    again = _doc([_workload("gemm_a", ["gemm"], {"bf16": 8.0})], ("bf16",))
+    again["workloads"][0]["baselines"][0]["timing"]["median_ms"] = 1.5
+    merged = report.merge([first, again])
+    a = next(w for w in merged["workloads"] if w["name"] == "gemm_a")
+    by = {p["precision"]: p for p in a["policies"]}
+    assert by["bf16"]["speedup"] == 8.0 and "own_run" not in by["bf16"]
+    assert by["strict"]["speedup"] == 2.0 and by["strict"]["own_run"]["baselines"]["eager"] == 1.0
+    assert a["baselines"][0]["timing"]["median_ms"] == 1.5          # the later run's baselines
+    bf16 = merged["summary"]["bf16"]["all"]
+    assert bf16["correct"] == 2 and bf16["geomean_speedup"] == pytest.approx((8.0 * 9.0) ** 0.5)
+    assert merged["summary"]["strict"]["all"]["geomean_speedup"] == pytest.approx(6 ** 0.5)
+    assert "ok (earlier run; its faster baseline" in report.markdown(merged)
+    full = _doc([_workload("gemm_a", ["gemm"], {"strict": 1.0, "bf16": 1.0})])
+    assert all("own_run" not in p for p in
+               report.merge([first, full])["workloads"][0]["policies"])

@@ -122,9 +122,26 @@ def build_document(env: dict, config: dict, peaks: dict, workloads: list[dict], 
             "summary": summarize_suite(workloads, config["precisions"])}
 
 
+def _combine_policies(old: dict, new: dict) -> dict:
+    """`new` (the later measurement of a workload) with the policies only `old` has appended."""
+    have = {p["precision"] for p in new.get("policies", [])}
+    kept = [p for p in old.get("policies", []) if p["precision"] not in have]
+    if not kept or old.get("status") == "skipped":
+        return new
+    own = {"best_baseline": old.get("best_baseline"), "best_baseline_ms": old.get("best_baseline_ms"),
+           "baselines": {b["name"]: _ms(b) for b in old.get("baselines", [])}}
+    out = dict(new, policies=list(new.get("policies", [])))
+    for p in kept:
+        out["policies"].append(dict(p, own_run=p.get("own_run") or own))
+    return out
+
+
 def merge(documents: list[dict]) -> dict:
     """Combine shards of one suite. Environments and peaks are kept per shard; a workload that
-    appears in several shards keeps its last non-skipped result."""
+    appears in several shards keeps its last non-skipped result. Where that result covers only
+    some of the policies an earlier one has (a re-measurement of one policy), the earlier
+    policies are kept beside it, each with the baselines of its own run (`own_run`: each
+    speedup is a ratio measured within one run)."""
     if not documents:
         raise ValueError("nothing to merge")
     for d in documents:
@@ -133,8 +150,11 @@ def merge(documents: list[dict]) -> dict:
     by_name: dict[str, dict] = {}
     for d in documents:
         for w in d["workloads"]:
-            if w["name"] not in by_name or w.get("status") != "skipped":
+            old = by_name.get(w["name"])
+            if old is None:
                 by_name[w["name"]] = w
+            elif w.get("status") != "skipped":
+                by_name[w["name"]] = _combine_policies(old, w)
     precisions = []
     for d in documents:
         precisions += [p for p in d["config"]["precisions"] if p not in precisions]
@@ -230,6 +250,9 @@ def markdown(doc: dict) -> str:
             status = k["status"] if k["status"] == "ok" else f"{k['status']}: {k.get('reason', '')[:80]}"
             if k["status"] == "ok" and (k.get("info") or {}).get("within_unscaled_atol") is False:
                 status = "ok (only with atol x RMS)"
+            if p.get("own_run"):
+                status += (f" (earlier run; its faster baseline "
+                           f"{_fmt(p['own_run'].get('best_baseline_ms'))} ms)")
             row = head if i == 0 else "| | | | | | |"
             lines.append(
                 row + f" {p['precision']} | {_fmt(_ms(k))} | {status} | {_kernels(k)} | "
