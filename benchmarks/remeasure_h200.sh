@@ -13,6 +13,7 @@
 # and $OUT/changed.txt beside run_h200.sh's files.
 #
 #   PRECISION=bf16 ALWAYS="gemm_layer_norm gemm_group_norm" bash benchmarks/remeasure_h200.sh
+#   WORKLOADS="gemm_batch_norm_eval" ...   # verify and consider only these packages
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -26,17 +27,20 @@ PRECISION="${PRECISION:-bf16}"
 NGPU="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
 [ "${NGPU:-0}" -lt 1 ] && { echo "no CUDA device visible"; exit 1; }
 
-"$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" \
+# shellcheck disable=SC2086
+"$PY" -m kforge.bench.packages --tune --out "$PACKAGES" --precision "$PRECISION" ${WORKLOADS:-} \
   --jobs "${TUNE_JOBS:-$((12 * NGPU))}" --gpus "$NGPU" --rounds 0 --timeout "${TUNE_TIMEOUT:-180}" \
   > "$OUT/tune.log" 2>&1
 echo "tune: exit $?, $(($(date +%s) - START)) s"
 
-"$PY" - "$PACKAGES" "$PRECISION" "$OUT" ${ALWAYS:-} <<'EOF'
+"$PY" - "$PACKAGES" "$PRECISION" "$OUT" "${WORKLOADS:-}" ${ALWAYS:-} <<'EOF'
 import json, sys
 from pathlib import Path
-root, policy, out, always = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
+root, policy, out, only = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4].split()
+always = sys.argv[5:]
 summary, changed = {}, set(always)
-for pkg in sorted(p for p in (root / policy).iterdir() if (p / "manifest.json").is_file()):
+for pkg in sorted(p for p in (root / policy).iterdir() if (p / "manifest.json").is_file()
+                  and (not only or p.name in only)):
     kernels = json.loads((pkg / "manifest.json").read_text()).get("kernels", {})
     regions = {}
     for h, e in kernels.items():
@@ -55,8 +59,9 @@ EOF
 CHANGED="$(cat "$OUT/changed.txt")"
 [ -z "${CHANGED// /}" ] && { echo "nothing changed: nothing to time"; exit 0; }
 LEFT=$(( ${DEADLINE_S:-480} - ($(date +%s) - START) ))
+BUDGET=$((LEFT - 60)); [ "$BUDGET" -lt 5 ] && BUDGET=5
 WORKLOADS="$CHANGED" SKIP_TUNE=1 PRECISION="$PRECISION" SHARDS="$NGPU" OUT="$OUT" \
-  BUDGET_S=$((LEFT - 60)) PREP_S=$((LEFT / 3)) bash benchmarks/run_h200.sh
+  BUDGET_S="$BUDGET" PREP_S=$((LEFT / 3)) bash benchmarks/run_h200.sh
 # run.log holds the logs and bench.json the checkpoints: keep what comes back to 8 files
 [ -f "$OUT/bench.json" ] && { cat "$OUT/tune.log" >> "$OUT/run.log"; rm -rf "$OUT/logs" "$OUT/partial" "$OUT/tune.log"; }
 echo "total $(($(date +%s) - START)) s"

@@ -26,18 +26,21 @@ class TensorSig:
     weight: str | None = None
     # for a weight read by a contraction: its reduction extent (inputs are drawn / sqrt(it))
     fan_in: int | None = None
+    # read by a contraction (matmul, convolution) as an operand, through layout-only ops: keeps
+    # mixed signs in the "positive" domain (see make_inputs)
+    operand: bool = False
 
     def concrete(self, dynamic_size: int) -> tuple[int, ...]:
         return tuple(dynamic_size if d is None else int(d) for d in self.shape)
 
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "weight": self.weight, "fan_in": self.fan_in}
+                "weight": self.weight, "fan_in": self.fan_in, "operand": self.operand}
 
     @staticmethod
     def from_json(d: dict) -> "TensorSig":
         return TensorSig(d["name"], tuple(d["shape"]), d["dtype"], d.get("weight"),
-                         d.get("fan_in"))
+                         d.get("fan_in"), bool(d.get("operand")))
 
 
 @dataclass(frozen=True)
@@ -82,20 +85,20 @@ def signature_of(spec) -> Signature:
             raise ValueError(f"region result {name!r} is neither an argument nor a value")
         t = tensors[name]
         results.append(TensorSig(t.name, t.shape, t.dtype))
-    fan_in = _weight_fan_ins(spec, {n: t.shape for n, t in tensors.items()})
-    if fan_in:
-        args = tuple(TensorSig(a.name, a.shape, a.dtype, a.weight, fan_in.get(a.name))
-                     for a in args)
+    fan_in, operands = _contraction_reads(spec, {n: t.shape for n, t in tensors.items()})
+    if fan_in or operands:
+        args = tuple(TensorSig(a.name, a.shape, a.dtype, a.weight, fan_in.get(a.name),
+                               a.name in operands) for a in args)
     return Signature(args, tuple(results))
 
 
-def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
-    """{weight argument: reduction extent of the contraction (matmul, convolution) that reads
-    it, through layout-only ops}, for a parsed KernelSpec (a JSON dict gives {}). Extents that
-    are dynamic are skipped."""
+def _contraction_reads(spec, shapes: dict) -> tuple[dict[str, int], set[str]]:
+    """For a parsed KernelSpec (a JSON dict gives nothing): {weight argument: reduction extent
+    of the contraction (matmul, convolution) that reads it, through layout-only ops}, extents
+    that are dynamic skipped; and the arguments such contractions read as operands."""
     ops = getattr(spec, "ops", None)
     if not ops:
-        return {}
+        return {}, set()
     from kforge.reference import recognize_contraction   # parent process only
     from kforge.spec import AffineDim, GenericOp, ReshapeOp
     weights = {a.name for a in spec.args if a.weight}
@@ -109,6 +112,7 @@ def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
         return name
 
     out: dict[str, int] = {}
+    operands: set[str] = set()
     for op in ops:
         if not isinstance(op, GenericOp) or not op.reduction_dims:
             continue
@@ -128,9 +132,10 @@ def _weight_fan_ins(spec, shapes: dict) -> dict[str, int]:
             extent *= int(size)
         for arg in con[:2]:
             name = source(op.operands[op.body.args.index(arg)])
+            operands.add(name)
             if extent > 1 and name in weights:
                 out[name] = max(out.get(name, 0), extent)
-    return out
+    return out, operands
 
 
 def seed_scale(seed: int) -> float:
@@ -143,8 +148,10 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
                 domain: str = "mixed") -> list[torch.Tensor]:
     """Random arguments for one check, on the CPU, from a seed.
 
-    Floats: mixed signs (domain "mixed") or positive only ("positive", for regions whose body
-    is undefined on negative inputs, e.g. log or sqrt), magnitudes spread log-uniformly over
+    Floats: mixed signs (domain "mixed"); for regions whose body is undefined on negative inputs
+    (log, sqrt of a variance argument), "positive_rest" (contraction operands keep mixed signs,
+    every other float argument positive: a product of positive operands would be a far easier
+    sum than a model's) or "positive" (all positive); magnitudes spread log-uniformly over
     [0.05, 2] times a per-seed scale, never zero; a weight that a contraction reads is divided
     by sqrt(its reduction extent), the scale a layer's initialization gives it (products then
     stay O(inputs), as in a real model, instead of sqrt(K) times larger). Integers: 1..4 (never zero, valid as small
@@ -166,7 +173,7 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
                 math.log(0.05), math.log(2.0), generator=gen).exp_().mul_(scale)
             if a.fan_in:
                 mag = mag.mul_(1.0 / math.sqrt(a.fan_in))
-            if domain == "mixed":
+            if domain == "mixed" or (domain == "positive_rest" and a.operand):
                 sign = torch.rand(shape, generator=gen) < 0.5
                 mag = torch.where(sign, -mag, mag)
             t = mag.to(dtype)

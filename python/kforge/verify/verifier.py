@@ -173,6 +173,10 @@ def _reference_outputs(ref: Callable, args: list[torch.Tensor], device: str) -> 
     return tuple(o.detach() for o in outs)
 
 
+def _non_finite(outs) -> int:
+    return sum(int((~torch.isfinite(o)).sum()) for o in outs if o.is_floating_point())
+
+
 def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[int],
                   sizes: Sequence[int], policy_ref: Callable | None = None) -> list[_Check]:
     """Inputs per check (regenerated in the worker from the same seed), their reference and,
@@ -185,13 +189,16 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
         domain = "mixed"
         inputs = make_inputs(sig, seed, size, domain)
         outs = _reference_outputs(ref, inputs, device)
-        if any(o.is_floating_point() and not torch.isfinite(o).all() for o in outs):
-            # the region is undefined on some negative inputs (log, sqrt, pow...): use positives
-            positive = make_inputs(sig, seed, size, "positive")
-            pos = _reference_outputs(ref, positive, device)
-            if sum(int((~torch.isfinite(o)).sum()) for o in pos if o.is_floating_point()) < \
-                    sum(int((~torch.isfinite(o)).sum()) for o in outs if o.is_floating_point()):
-                domain, outs, inputs = "positive", pos, positive
+        # the region is undefined on some negative inputs (log, sqrt, pow...): positives, first
+        # for the arguments that are not contraction operands only
+        for other in ("positive_rest", "positive"):
+            bad = _non_finite(outs)
+            if not bad or (other == "positive_rest" and not any(a.operand for a in sig.args)):
+                continue
+            trial = make_inputs(sig, seed, size, other)
+            trial_outs = _reference_outputs(ref, trial, device)
+            if _non_finite(trial_outs) < bad:
+                domain, outs, inputs = other, trial_outs, trial
         alt, tol_scale = (), 1.0
         if policy_ref is not None:
             if seed_scale(seed) > 1:
