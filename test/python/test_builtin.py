@@ -351,9 +351,12 @@ def test_fp16x3_is_offered_on_gpus_and_last_in_the_interpreter():
                <= 220 * 1024 for c in fp16)
     assert {c["input_precision"] for c in cuda} == {"fp16x3", "3xtf32", "tf32x3", "bf16x6"}
     assert config_space(s, "cpu", "strict")[-1]["input_precision"] == "fp16x3"
-    for precision in ("tf32", "bf16"):
-        assert all(c.get("input_precision") != "fp16x3"
-                   for c in config_space(s, "cuda", precision))
+    assert all(c.get("input_precision") != "fp16x3" for c in config_space(s, "cuda", "bf16"))
+    # tf32: fp16x3 is the fallback for a tf32 kernel the verifier rejects: second, then last
+    tf32 = [c.get("input_precision") for c in config_space(s, "cuda", "tf32")]
+    assert tf32[:2] == ["tf32", "fp16x3"] and tf32[-1] == "fp16x3"
+    assert tf32.index("fp16x3", 2) > max(i for i, p in enumerate(tf32) if p == "tf32")
+    assert "fp16x3" not in [c.get("input_precision") for c in config_space(s, "cpu", "tf32")]
     # small M: split-K first, also for fp16x3
     small = [c for c in candidates(s, "cpu", "strict") if c.config["input_precision"] == "fp16x3"]
     assert any(c.config["SPLIT_K"] > 1 for c in small)

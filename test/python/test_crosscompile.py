@@ -59,10 +59,13 @@ def test_absent_gpu_screen_skips_configs_that_spill(monkeypatch):
         return [xc.KernelReport("k_gemm", True, mma="wgmma", registers=255 if spill else 160,
                                 spill_stores=spill, spill_loads=spill)]
     monkeypatch.setattr(xc, "compile_source", fake)
-    req = GenerationRequest(spec, "", "", "bf16", "cuda", "functional", 0)
-    cand = BuiltinProvider().generate(req)[0]
-    assert len(calls) == 2 and cand.config != candidates(spec, "cuda", "bf16")[0].config
-    assert not cand.config.get("input_precision")      # still a bf16 configuration
+    for policy, scheme in (("tf32", "tf32"), ("bf16", None)):   # not the accuracy fallback
+        calls.clear()
+        req = GenerationRequest(spec, "", "", policy, "cuda", "functional", 0)
+        cand = BuiltinProvider().generate(req)[0]
+        assert len(calls) == 2 and cand.config != candidates(spec, "cuda", policy)[0].config
+        assert cand.config.get("input_precision") == scheme
+        assert candidates(spec, "cuda", policy)[1].config.get("input_precision") != scheme
     assert "spills 0 bytes" in cand.notes and "registers 160" in cand.notes
     monkeypatch.setenv("KFORGE_XCOMPILE", "0")
     calls.clear()

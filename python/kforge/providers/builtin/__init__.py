@@ -13,8 +13,9 @@ import json
 from kforge.providers.base import Candidate, GenerationRequest, Provider
 from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
 from kforge.providers.builtin.emitter import CannotGenerate
-from kforge.providers.builtin.kernels import (RegionShape, analyze_region, gemm_input_precisions,
-                                              generate_source, problem_of, stage_configs)
+from kforge.providers.builtin.kernels import (FP16X3, RegionShape, analyze_region,
+                                              gemm_input_precisions, generate_source, problem_of,
+                                              stage_configs)
 from kforge.targets import get_target
 
 __all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space",
@@ -27,16 +28,26 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
     shape = shape or analyze_region(spec)
     if shape.kind == "gemm":
         out, fallback = [], []
-        for p in gemm_input_precisions(spec, target, precision, shape):
+        schemes = gemm_input_precisions(spec, target, precision, shape)
+        for p in schemes:
             for c in stage_configs(spec, target, precision, shape, p):
-                if precision == "bf16" and p:
+                if _accuracy_fallback(precision, p, schemes):
                     fallback.append(dict(c, input_precision=p))
                 else:
                     out.append(dict(c, input_precision=p) if p else dict(c))
-        # bf16's fp32-operand configurations: the first one second, where the loop's next
-        # round reaches it when the first bf16 candidate misses the tolerance; the rest last
+        # a reduced-precision policy's more accurate schemes (bf16: fp16x1, then fp32 operands;
+        # tf32: fp16x3): the first one second, where the loop's next round (or tune's repair)
+        # reaches it when the first candidate misses the tolerance; the rest last
         return out[:1] + fallback[:1] + out[1:] + fallback[1:]
     return target.configs(shape.kind, dict(problem_of(spec, shape), precision=precision))
+
+
+def _accuracy_fallback(precision: str, scheme, schemes: tuple) -> bool:
+    """A scheme more accurate than the policy's own, offered for candidates the verifier
+    rejects: under bf16 every scheme but bf16 operands (None); under tf32 any after the first."""
+    if precision == "bf16":
+        return bool(scheme)
+    return precision == "tf32" and scheme == FP16X3 and schemes[0] != FP16X3
 
 
 def _config_key(config: dict) -> str:
@@ -87,9 +98,14 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int) -> 
     The screen's finding goes into the candidate's notes."""
     from kforge.crosscompile import compile_candidate
     arch = getattr(target, "sm", 90)
-    if precision == "bf16":
-        # bf16's fp32-operand configurations are for a rejected bf16 kernel, not for a spill
-        eligible = sorted(eligible, key=lambda c: bool(c.get("input_precision")))
+    if precision in ("bf16", "tf32") and eligible:
+        # the more accurate schemes are for a rejected kernel, not for a spill
+        shape = analyze_region(spec)
+        schemes = gemm_input_precisions(spec, target, precision, shape) \
+            if shape.kind == "gemm" else (None,)
+        fallback = [c for c in eligible
+                    if _accuracy_fallback(precision, c.get("input_precision"), schemes)]
+        eligible = [c for c in eligible if c not in fallback] + fallback
     picked, fallback = [], []
     for config in eligible[:XCOMPILE_TRIES + want - 1]:
         found = candidates(spec, target, precision, [config])
