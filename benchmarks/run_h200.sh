@@ -29,6 +29,8 @@
 #   BASELINES    eager,compile (default); BASELINE_PRECISION as-written (default) | matched
 #   EXTRA        more `kforge bench` arguments
 #   TARGET       cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script without a GPU
+#   KFORGE_SOURCE_COMMIT  the commit of the tree sent (the device copy's git metadata can be
+#                stale): KFORGE_SOURCE_COMMIT=$(git rev-parse --short HEAD) typed in here
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -156,3 +156,17 @@ def test_merge_of_a_one_policy_remeasurement_keeps_the_other_policies(tmp_path):
     full = _doc([_workload("gemm_a", ["gemm"], {"strict": 1.0, "bf16": 1.0})])
     assert all("own_run" not in p for p in
                report.merge([first, full])["workloads"][0]["policies"])
+
+
+def test_environment_names_the_commit_and_whether_the_code_is_it(monkeypatch):
+    """The commit comes from git unless KFORGE_SOURCE_COMMIT names it (a device copy's git
+    metadata can be stale); a report says when the code that ran differs from the commit."""
+    env = report.environment("cpu")
+    if env["git_commit"]:
+        assert isinstance(env["git_code_matches_commit"], bool)
+    monkeypatch.setenv("KFORGE_SOURCE_COMMIT", "abc1234")
+    env = report.environment("cpu")
+    assert env["git_commit"] == "abc1234" and env["git_commit_from"] == "KFORGE_SOURCE_COMMIT"
+    doc = _doc([_workload("gemm_a", ["gemm"], {"strict": 2.0})])
+    doc["environment"].update(git_commit="0123abc", git_code_matches_commit=False)
+    assert "commit `0123abc` (the code that ran differs from it)" in report.markdown(doc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -46,8 +47,14 @@ def environment(target: str) -> dict:
     else:
         env["hardware"] = f"{platform.processor() or platform.machine()} CPU (Triton interpreter)"
     env["git_commit"] = git_output("rev-parse", "HEAD") or None
-    # A copy of the tree (a device machine's) may carry stale git metadata; the digest of the
-    # code that ran says which commit it was: `python -m kforge.bench.report --digest` there.
+    # A copy of the tree (a device machine's) may carry stale git metadata: say whether the code
+    # differs from that commit, and take the commit from KFORGE_SOURCE_COMMIT where the caller
+    # knows it. The digest of the code that ran identifies it either way.
+    if env["git_commit"]:
+        env["git_code_matches_commit"] = git_output("status", "--porcelain", "--", "python") == ""
+    if os.environ.get("KFORGE_SOURCE_COMMIT"):
+        env["git_commit"] = os.environ["KFORGE_SOURCE_COMMIT"]
+        env["git_commit_from"] = "KFORGE_SOURCE_COMMIT"
     env["kforge_source_sha256"] = source_digest()
     return env
 
@@ -201,6 +208,8 @@ def markdown(doc: dict) -> str:
         "",
         f"- hardware: **{env.get('hardware')}**; date {env.get('date')}; torch {env.get('torch')}, "
         f"triton {env.get('triton')}, Python {env.get('python')}; commit `{env.get('git_commit')}`"
+        + (" (the code that ran differs from it)" if env.get("git_code_matches_commit") is False
+           and not env.get("git_commit_from") else "")
         + (f" (code digest `{env['kforge_source_sha256']}`)" if env.get("kforge_source_sha256")
            else ""),
         f"- target `{cfg['target']}`, sizes `{cfg['scale']}`, precision policies: "
