@@ -44,7 +44,8 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
 
 def _accuracy_fallback(precision: str, scheme, schemes: tuple) -> bool:
     """A scheme more accurate than the policy's own, offered for candidates the verifier
-    rejects: under bf16 every scheme but bf16 operands (None); under tf32 any after the first."""
+    rejects: under bf16 every scheme but bf16 operands (None); under tf32 fp16x3 where it is
+    not already first (an N-major B puts it first, for speed)."""
     if precision == "bf16":
         return bool(scheme)
     return precision == "tf32" and scheme == FP16X3 and schemes[0] != FP16X3
