@@ -566,6 +566,13 @@ def test_fp16x1_one_product_of_hi_planes(tmp_path):
     assert src.count("tl.dot(") == 1 and "a_lo" not in src and "b_lo" not in src
     assert "torch.empty((1, " in src and "dtype=torch.float16" in src
     assert "def prepare_weights" in src and "acc = acc *" in src
+    # the weight: its hi plane and one exponent per output column, nothing else
+    module = load_candidate(_fp16x1("matmul_bias_relu").source, tmp_path / "fp16x1_prep.py")
+    w = torch.randn(12, 16) * torch.logspace(-3, 3, 12)[:, None]
+    p = module.prepare_weights({1: w, 2: torch.randn(12)})[1]
+    assert p.dtype == torch.float16 and p.shape == (12 * 16 + 12,)
+    back = p[:192].view(12, 16).double() * torch.pow(2.0, p[192:].double())[:, None]
+    assert ((back - w.double()).abs() <= 2 ** -11 * w.double().abs().amax(1, keepdim=True)).all()
 
 
 @pytest.mark.parametrize("name", ["matmul_bias_relu", "bmm_scale_softmax",

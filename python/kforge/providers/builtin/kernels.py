@@ -225,6 +225,7 @@ class _Builder:
         self.dot_loads: dict[str, set] = {}
         self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes
         self.fp16_weights: dict[str, tuple] = {}     # fp16x3 weights -> their output-column dims
+        self.fp16_planes: dict[str, int] = {}        # and their planes: 2 (hi, lo); fp16x1: 1
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
 
@@ -878,11 +879,13 @@ def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: d
             loop.emit(f"b_lo = {_dot_operand(lo, ('kb', col_b), '[BLOCK_K, BLOCK_N]', kmask)}"
                       f"  # {b_weight}'s lo plane")
         n_index = ix.ravel(tuple(index[j] for j in n_dims), tuple(wshape[j] for j in n_dims))
-        tail = ix.add(n_index, ix.const(2 * math.prod(wshape)))
+        planes = 2 if products == 3 else 1          # the exponents follow the planes
+        tail = ix.add(n_index, ix.const(planes * math.prod(wshape)))
         undo.append(f"e_b = tl.load({em.pointers[b_weight]} + {ix.render(tail)})"
                     ".to(tl.int32)  # B's column exponents e - 15 (after its planes)")
         sb = "((e_b + 127) << 23).to(tl.float32, bitcast=True)"
         b.fp16_weights[b_weight] = n_dims
+        b.fp16_planes[b_weight] = planes
     else:
         sb = plane_loads("b", col_b, "kb", N)
     a_hi, a_lo, b_hi, b_lo = "a_hi", "a_lo", "b_hi", "b_lo"
@@ -1098,17 +1101,17 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
             if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
                 prepared.append(i)
     split = [i for i, a in enumerate(spec.args) if a.name in b.split_weights]
-    fp16 = {i: b.fp16_weights[a.name] for i, a in enumerate(spec.args)
+    fp16 = {i: (b.fp16_weights[a.name], b.fp16_planes[a.name]) for i, a in enumerate(spec.args)
             if a.name in b.fp16_weights}
     if fp16:
         lines += ["", "def prepare_weights(weights):",
-                  "    # fp16x3: each matrix weight scaled per output column by a power of two "
-                  "(column max < 2**15),",
-                  "    # split into fp16 hi + lo, stored flat: [hi plane, lo plane, column "
-                  "exponents e - 15]",
+                  "    # fp16x3 / fp16x1: each matrix weight scaled per output column by a power "
+                  "of two (column max < 2**15),",
+                  "    # split into fp16 hi + lo (fp16x1: hi alone), stored flat: [hi plane, lo "
+                  "plane, column exponents e - 15]",
                   "    out = dict(weights)",
-                  "    for i, n_dims in " + repr(fp16) + ".items():      # weight: its output-"
-                  "column dims",
+                  "    for i, (n_dims, planes) in " + repr(fp16) + ".items():  # weight: its "
+                  "output-column dims, planes",
                   "        w = weights[i].to(torch.float32)",
                   "        k_dims = tuple(d for d in range(w.dim()) if d not in n_dims)",
                   "        amax = w.abs().amax(dim=k_dims, keepdim=True) if k_dims else w.abs()",
@@ -1117,8 +1120,9 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
                   "        ws = w * torch.ldexp(torch.ones_like(amax), 15 - e)",
                   "        hi = ws.to(torch.float16)",
                   "        lo = (ws - hi.to(torch.float32)).to(torch.float16)",
-                  "        out[i] = torch.cat([hi.reshape(-1), lo.reshape(-1),",
-                  "                            (e - 15).to(torch.float16).reshape(-1)])",
+                  "        out[i] = torch.cat([hi.reshape(-1)] + ([lo.reshape(-1)] if planes == 2 "
+                  "else [])",
+                  "                           + [(e - 15).to(torch.float16).reshape(-1)])",
                   "    return out", ""]
     elif prepared:
         lines += ["", "def prepare_weights(weights):",
