@@ -15,14 +15,8 @@
 #   PRECISION=bf16 ALWAYS="gemm_layer_norm gemm_group_norm" bash benchmarks/remeasure_h200.sh
 #   WORKLOADS="gemm_batch_norm_eval" ...   # verify and consider only these packages
 set -uo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-START=$(date +%s)
-OUT="${OUT:-$ROOT/out/bench}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
-export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PACKAGES="${PACKAGES:-.carry/bench}"
+# shellcheck source=benchmarks/device_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 PRECISION="${PRECISION:-bf16}"
 NGPU="$("$PY" -c 'import torch; print(torch.cuda.device_count())')"
 [ "${NGPU:-0}" -lt 1 ] && { echo "no CUDA device visible"; exit 1; }

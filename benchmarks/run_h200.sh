@@ -32,18 +32,8 @@
 #   KFORGE_SOURCE_COMMIT  the commit of the tree sent (the device copy's git metadata can be
 #                stale): KFORGE_SOURCE_COMMIT=$(git rev-parse --short HEAD) typed in here
 set -uo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-START=$(date +%s)
-OUT="${OUT:-$ROOT/out/bench}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
-export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kforge-inductor}"
-export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/kforge-triton}"
-# Several GPUs of one host: keep NVLink multicast off (KINDS.md).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PACKAGES="${PACKAGES:-.carry/bench}"
+# shellcheck source=benchmarks/device_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 PRECISION="${PRECISION:-strict,tf32,bf16}"
 BUDGET_S="${BUDGET_S:-520}"
 BASELINES="${BASELINES:-eager,compile}"

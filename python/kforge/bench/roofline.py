@@ -39,9 +39,7 @@ class Peaks:
                            bf16=self.bf16_tflops * 1e12, bytes_per_s=self.bandwidth_tbs * 1e12)
 
     def flops_per_s(self, policy: str) -> float:
-        if policy not in ("fp32",) + POLICIES:
-            raise ValueError(f"unknown precision policy {policy!r}; expected one of {POLICIES}")
-        return self.target_peaks().flops_for(policy)
+        return self.target_peaks().flops_for(_known(policy))
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -58,8 +56,14 @@ DESIGN_H200 = Peaks(fp32_tflops=CudaTarget.peaks.fp32 / 1e12,
 
 
 def floor_ms(flops: float, min_bytes: float, peaks: Peaks, policy: str) -> float:
-    peaks.flops_per_s(policy)              # an unknown policy is an error, not the fp32 rate
-    return peaks.target_peaks().floor_ms(flops, min_bytes, policy)
+    return peaks.target_peaks().floor_ms(flops, min_bytes, _known(policy))
+
+
+def _known(policy: str) -> str:
+    """`policy`, or a ValueError: the targets' peaks count an unknown one at the fp32 rate."""
+    if policy not in ("fp32",) + POLICIES:
+        raise ValueError(f"unknown precision policy {policy!r}; expected one of {POLICIES}")
+    return policy
 
 
 def measure_peaks(target: str, timer) -> Peaks:

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 
 from kforge.verify.inputs import Signature, TORCH_DTYPES, make_inputs, seed_scale, signature_of
-from kforge.verify.policy import get_policy
+from kforge.verify.policy import PrecisionPolicy, get_policy
 from kforge.verify.sandbox import run_worker
 from kforge.verify.static import static_check
 
@@ -225,6 +225,14 @@ def _index_text(flat: int, shape: Sequence[int]) -> str:
     return "(" + ", ".join(str(i) for i in reversed(idx)) + ")"
 
 
+def _compare_check(outs: Sequence[torch.Tensor], c: _Check, sig: Signature,
+                   policy: PrecisionPolicy) -> _Comparison:
+    """A candidate's outputs for check `c`, at the share of the policy's tolerance the check
+    allows, with its policy-arithmetic alternative where it has one."""
+    return compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
+                           policy.rtol * c.tol_scale, c.alternative)
+
+
 def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
                     sig: Signature, size: int, atol: float, rtol: float,
                     alternatives: Sequence[torch.Tensor] | None = None) -> _Comparison:
@@ -419,8 +427,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               f"launch modified its input(s) {', '.join(names)}; inputs must "
                               "be left unchanged", **common)
             outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
-            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
-                                  policy.rtol * c.tol_scale, c.alternative)
+            cmp = _compare_check(outs, c, sig, policy)
             max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
             if not cmp.ok:
                 kind = "mismatch"
@@ -447,9 +454,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         timing = result.get("timing")
         if measure and timing:
             outs = torch.load(job_dir / "outputs_timed.pt", weights_only=True)
-            c = checks[0]
-            cmp = compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
-                                  policy.rtol * c.tol_scale, c.alternative)
+            cmp = _compare_check(outs, checks[0], sig, policy)
             if not cmp.ok:
                 return record("rejected", "mismatch", "wrong result while being timed: "
                               + cmp.message, **common)

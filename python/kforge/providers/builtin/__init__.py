@@ -92,21 +92,20 @@ def _screen_here(target) -> bool:
         return False
 
 
-def _screened(spec, target, precision: str, eligible: list[dict], want: int) -> list[Candidate]:
+def _screened(spec, target, precision: str, eligible: list[dict], want: int,
+              shape: RegionShape) -> list[Candidate]:
     """Where the GPU is absent nothing can be timed, but everything can be compiled for it
     (kforge.crosscompile): propose, in the usual order, configurations whose kernels compile
     for sm_90 without register spills; after XCOMPILE_TRIES without one, the first in order.
     The screen's finding goes into the candidate's notes."""
     from kforge.crosscompile import compile_candidate
     arch = getattr(target, "sm", 90)
-    if precision in ("bf16", "tf32") and eligible:
+    if shape.kind == "gemm" and precision in ("bf16", "tf32"):
         # the more accurate schemes are for a rejected kernel, not for a spill
-        shape = analyze_region(spec)
-        schemes = gemm_input_precisions(spec, target, precision, shape) \
-            if shape.kind == "gemm" else (None,)
-        fallback = [c for c in eligible
+        schemes = gemm_input_precisions(spec, target, precision, shape)
+        accurate = [c for c in eligible
                     if _accuracy_fallback(precision, c.get("input_precision"), schemes)]
-        eligible = [c for c in eligible if c not in fallback] + fallback
+        eligible = [c for c in eligible if c not in accurate] + accurate
     picked, fallback = [], []
     for config in eligible[:XCOMPILE_TRIES + want - 1]:
         found = candidates(spec, target, precision, [config])
@@ -173,7 +172,8 @@ class BuiltinProvider(Provider):
                 continue
             eligible.append(config)
         if _screen_here(target):
-            return _screened(spec, target, request.precision, eligible, request.num_candidates)
+            return _screened(spec, target, request.precision, eligible, request.num_candidates,
+                             shape)
         return candidates(spec, target, request.precision, eligible[:request.num_candidates])
 
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:

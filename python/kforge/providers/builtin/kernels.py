@@ -224,8 +224,8 @@ class _Builder:
         self.split_sums: dict[str, int] = {}
         self.dot_loads: dict[str, set] = {}
         self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes
-        self.fp16_weights: dict[str, tuple] = {}     # fp16x3 weights -> their output-column dims
-        self.fp16_planes: dict[str, int] = {}        # and their planes: 2 (hi, lo); fp16x1: 1
+        # fp16x3 / fp16x1 weights -> (their output-column dims, planes: 2 hi + lo, 1 hi alone)
+        self.fp16_weights: dict[str, tuple[tuple, int]] = {}
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
 
@@ -884,8 +884,7 @@ def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: d
         undo.append(f"e_b = tl.load({em.pointers[b_weight]} + {ix.render(tail)})"
                     ".to(tl.int32)  # B's column exponents e - 15 (after its planes)")
         sb = "((e_b + 127) << 23).to(tl.float32, bitcast=True)"
-        b.fp16_weights[b_weight] = n_dims
-        b.fp16_planes[b_weight] = planes
+        b.fp16_weights[b_weight] = (n_dims, planes)
     else:
         sb = plane_loads("b", col_b, "kb", N)
     a_hi, a_lo, b_hi, b_lo = "a_hi", "a_lo", "b_hi", "b_lo"
@@ -1101,7 +1100,7 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
             if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
                 prepared.append(i)
     split = [i for i, a in enumerate(spec.args) if a.name in b.split_weights]
-    fp16 = {i: (b.fp16_weights[a.name], b.fp16_planes[a.name]) for i, a in enumerate(spec.args)
+    fp16 = {i: b.fp16_weights[a.name] for i, a in enumerate(spec.args)
             if a.name in b.fp16_weights}
     if fp16:
         lines += ["", "def prepare_weights(weights):",
@@ -1119,10 +1118,11 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
                   "        e = torch.where(amax > 0, e, torch.zeros_like(e))     # zero columns",
                   "        ws = w * torch.ldexp(torch.ones_like(amax), 15 - e)",
                   "        hi = ws.to(torch.float16)",
-                  "        lo = (ws - hi.to(torch.float32)).to(torch.float16)",
-                  "        out[i] = torch.cat([hi.reshape(-1)] + ([lo.reshape(-1)] if planes == 2 "
-                  "else [])",
-                  "                           + [(e - 15).to(torch.float16).reshape(-1)])",
+                  "        parts = [hi.reshape(-1)]",
+                  "        if planes == 2:",
+                  "            parts.append((ws - hi.to(torch.float32)).to(torch.float16)"
+                  ".reshape(-1))",
+                  "        out[i] = torch.cat(parts + [(e - 15).to(torch.float16).reshape(-1)])",
                   "    return out", ""]
     elif prepared:
         lines += ["", "def prepare_weights(weights):",
