@@ -697,6 +697,39 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
           continue;
         }
       }
+      // A fallback op (docs/fallback-ops.md): a call of an external declaration that carries
+      // the aten op's name and its argument list; the runtime executes it with PyTorch.
+      auto aten = callee ? callee->getAttrOfType<StringAttr>("kforge.fallback") : StringAttr();
+      if (aten) {
+        auto argsText = callee->getAttrOfType<StringAttr>("kforge.args");
+        llvm::Expected<json::Value> args = json::parse(argsText ? argsText.getValue() : "[]");
+        if (!args) {
+          std::string message = llvm::toString(args.takeError());
+          return callee.emitError("kforge-export-regions: kforge.args is not valid JSON: ")
+                 << message;
+        }
+        json::Array operands, results;
+        std::string why;
+        if (failed(writer.operandNames(call, call.getOperands(), operands, why)))
+          return call.emitError("kforge-export-regions: fallback op ")
+                 << aten.getValue() << " cannot be described in the host plan: " << why;
+        for (json::Value &constant : writer.takePending())
+          steps.push_back(std::move(constant));
+        for (Value result : call.getResults()) {
+          if (failed(writer.define(result)))
+            return call.emitError("kforge-export-regions: a result of fallback op ")
+                   << aten.getValue() << " has type " << result.getType()
+                   << ", which the host plan cannot describe";
+          results.push_back(*writer.nameOf(result));
+        }
+        steps.push_back(json::Object{{"op", "fallback"},
+                                     {"name", aten.getValue()},
+                                     {"symbol", call.getCallee().str()},
+                                     {"args", std::move(*args)},
+                                     {"operands", std::move(operands)},
+                                     {"results", std::move(results)}});
+        continue;
+      }
     }
     std::string why;
     FailureOr<json::Object> record = writer.record(&op, why);

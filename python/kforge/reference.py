@@ -29,7 +29,7 @@ import torch
 from kforge.errors import UserError
 from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, AffineMap,
                          AffineSymbol, Body, CallStep, ConstantOp, EmptyOp, GenericOp, HostPlan,
-                         KernelSpec, OpaqueOp, PadOp, ReshapeOp, affine_text, load_spec)
+                         KernelSpec, OpaqueOp, PadOp, FallbackOp, ReshapeOp, affine_text, load_spec)
 
 TORCH_DTYPES = {
     "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
@@ -541,6 +541,11 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
         for lo, hi in reversed(list(zip(op.low, op.high))):    # F.pad: last dim first
             amounts += [lo, hi]
         env[op.results[0]] = torch.nn.functional.pad(src, amounts, value=op.value)
+    elif isinstance(op, FallbackOp):
+        from kforge.fallbacks import run_fallback
+        outs = run_fallback(op.name, op.args, [env[o] for o in op.operands], device)
+        for r, t in zip(op.results, outs):
+            env[r] = t
     elif isinstance(op, OpaqueOp):
         first = op.mlir.strip().splitlines()[0] if op.mlir.strip() else op.name
         raise UserError(f"cannot execute {op.name} (results {', '.join(op.results)}): kforge-opt "

@@ -210,7 +210,19 @@ class OpaqueOp:
     op: str = "opaque"
 
 
-OpRecord = Union[GenericOp, ReshapeOp, EmptyOp, ConstantOp, PadOp, OpaqueOp]
+@dataclass(frozen=True)
+class FallbackOp:
+    """A host-plan step PyTorch executes (docs/fallback-ops.md): `torch.ops.<name>` applied to
+    `args`, the op's whole argument list, in which {"tensor": i} stands for operands[i]."""
+    name: str                          # aten op, e.g. "aten.cumsum" or "aten.index.Tensor"
+    operands: tuple[str, ...]
+    results: tuple[str, ...]
+    args: tuple = ()
+    symbol: str = ""                   # the external function the IR calls
+    op: str = "fallback"
+
+
+OpRecord = Union[GenericOp, ReshapeOp, EmptyOp, ConstantOp, PadOp, OpaqueOp, FallbackOp]
 
 
 @dataclass(frozen=True)
@@ -463,8 +475,14 @@ class _Reader:
             return PadOp(name, operands, results, tuple(low), tuple(high), value)
         if kind == "opaque":
             return OpaqueOp(name, operands, results, self.get(obj, "mlir", where, str, ""))
+        if kind == "fallback":
+            args = self.get(obj, "args", where, list, [])
+            _check_fallback_args(args, len(operands), self, f"{where}.args")
+            return FallbackOp(name, operands, results, _freeze(args),
+                              self.get(obj, "symbol", where, str, ""))
         raise self.fail(f"{where}.op", f"unknown op record kind {kind!r} "
-                        "(version 1 knows generic, reshape, empty, constant, pad, opaque)")
+                        "(version 1 knows generic, reshape, empty, constant, pad, fallback, "
+                        "opaque)")
 
     def check_names(self, defined: set[str], ops, results, where_results):
         for i, op in enumerate(ops):
@@ -479,6 +497,40 @@ class _Reader:
         for r in results:
             if r not in defined:
                 raise self.fail(where_results, f"{r!r} is not defined")
+
+
+def _check_fallback_args(args, num_operands: int, reader: "_Reader", where: str) -> None:
+    for i, a in enumerate(args):
+        if isinstance(a, list):
+            _check_fallback_args(a, num_operands, reader, f"{where}[{i}]")
+        elif isinstance(a, dict):
+            if "tensor" in a:
+                t = a["tensor"]
+                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < num_operands:
+                    raise reader.fail(f"{where}[{i}]", f"tensor index {t!r} is not one of the "
+                                      f"{num_operands} operands")
+            elif not ("device" in a or "dtype" in a):
+                raise reader.fail(f"{where}[{i}]", f"unknown argument {a!r:.80}")
+        elif not (a is None or isinstance(a, (bool, int, float, str))):
+            raise reader.fail(f"{where}[{i}]", f"unknown argument {a!r:.80}")
+
+
+def _freeze(x):
+    """Lists to tuples, dicts to sorted item tuples: a FallbackOp stays hashable and frozen."""
+    if isinstance(x, list):
+        return tuple(_freeze(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+    return x
+
+
+def _thaw(x):
+    if isinstance(x, tuple):
+        if x and all(isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str)
+                     and v[0] in ("tensor", "device", "dtype") for v in x):
+            return {k: _thaw(v) for k, v in x}
+        return [_thaw(v) for v in x]
+    return x
 
 
 def _number(x, reader: _Reader, where: str):
@@ -636,6 +688,10 @@ def _to_dict(obj) -> Any:
     if isinstance(obj, OpaqueOp):
         return {"op": "opaque", "name": obj.name, "operands": list(obj.operands),
                 "results": list(obj.results), "mlir": obj.mlir}
+    if isinstance(obj, FallbackOp):
+        return {"op": "fallback", "name": obj.name, "symbol": obj.symbol,
+                "args": _thaw(obj.args), "operands": list(obj.operands),
+                "results": list(obj.results)}
     raise TypeError(f"to_json: cannot write {type(obj).__name__}")
 
 

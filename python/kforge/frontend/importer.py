@@ -58,6 +58,7 @@ class LoweredModel:
     weight_names: tuple[str, ...]
     weights: tuple[torch.Tensor, ...]
     torch_mlir_text: str         # torch-mlir's linalg-on-tensors output, as it printed it
+    fallbacks: tuple = ()        # kforge.frontend.fallback.FallbackSite, in program order
 
 
 def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathLike, *,
@@ -106,8 +107,8 @@ def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = 
         program = _export(loaded, weight_names, weights, dynamic_batch)
     finally:
         loaded.module.train(was_training)
-    text = _lower_to_linalg(program, loaded.origin)
-    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text)
+    text, sites = _lower_to_linalg(program, loaded.origin)
+    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text, tuple(sites))
 
 
 class _WeightsAsInputs(nn.Module):
@@ -216,13 +217,12 @@ def _user_frame(exc: BaseException, loaded: LoadedModel) -> str | None:
     return None
 
 
-def _lower_to_linalg(program, origin: str) -> str:
-    """torch-mlir: ExportedProgram → linalg-on-tensors text, with its diagnostics captured."""
-    from torch_mlir import fx, ir as tm_ir
-    from torch_mlir.compiler_utils import TorchMlirCompilerError
+def _lower_to_linalg(program, origin: str):
+    """torch-mlir: ExportedProgram → linalg-on-tensors text (fallback ops as external calls),
+    with its diagnostics captured; returns (text, fallback sites)."""
+    from torch_mlir import ir as tm_ir
     from torch_mlir.dialects import torch as torch_d
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-    from torch_mlir.extras.fx_importer import FxImporter
 
     context = tm_ir.Context()
     torch_d.register_dialect(context)
@@ -238,19 +238,59 @@ def _lower_to_linalg(program, origin: str) -> str:
     _as_strided_to_view(program.graph_module)
     handler = context.attach_diagnostic_handler(collect)
     try:
-        # decomposition_table={}: already decomposed above.
-        module = fx.export_and_import(program, output_type="linalg-on-tensors",
-                                      fx_importer=FxImporter(context=context), func_name="main",
-                                      decomposition_table={})
-    except TorchMlirCompilerError as exc:
-        raise UserError(_explain_lowering_failure(origin, diagnostics, str(exc))) from None
-    except Exception as exc:     # the FX importer's own NotImplementedError, ValueError, ...
-        raise UserError(f"{origin}: torch-mlir cannot import this model: "
-                        f"{type(exc).__name__}: {_clip(str(exc))}") from None
+        module, sites = _import_with_fallbacks(program, context, origin, diagnostics)
     finally:
         handler.detach()
     _reject_foreign_ops(module, origin)
-    return module.operation.get_asm()
+    return module.operation.get_asm(), sites
+
+
+# How many times the lowering is retried with the ops it could not convert outlined.
+_MAX_LOWERING_ROUNDS = 4
+
+
+def _import_with_fallbacks(program, context, origin: str, diagnostics: list[str]):
+    """torch-mlir's FX import (raw torch dialect), fallback ops outlined, then its linalg
+    pipeline; ops the linalg conversion leaves behind become fallbacks too (import again)."""
+    from torch_mlir.compiler_utils import TorchMlirCompilerError, run_pipeline_with_repro_report
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    from kforge.frontend.fallback import LINALG_PIPELINE, leftover_torch_ops, outline_fallbacks
+
+    extra: frozenset[str] = frozenset()
+    for _ in range(_MAX_LOWERING_ROUNDS):
+        diagnostics.clear()
+        importer = FxImporter(context=context)
+        try:
+            importer.import_frozen_program(program, func_name="main")
+        except Exception as exc:     # the FX importer's own NotImplementedError, ValueError, ...
+            raise UserError(f"{origin}: torch-mlir cannot import this model: "
+                            f"{type(exc).__name__}: {_clip(str(exc))}") from None
+        module = importer.module
+        sites = outline_fallbacks(module, extra)
+        try:
+            run_pipeline_with_repro_report(
+                module, "builtin.module(func.func(torch-match-quantized-custom-ops), "
+                "torchdynamo-export-to-torch-backend-pipeline)",
+                "Lowering TorchFX IR -> Torch Backend IR")
+            run_pipeline_with_repro_report(module, LINALG_PIPELINE,
+                                           "Lowering Torch Backend IR -> Linalg-on-Tensors")
+        except TorchMlirCompilerError as exc:
+            failed = _failed_ops(diagnostics)
+            if not failed or failed <= extra:
+                raise UserError(_explain_lowering_failure(origin, diagnostics, str(exc))) \
+                    from None
+            extra = extra | failed
+            continue
+        left = leftover_torch_ops(module)
+        if not left:
+            return module, sites
+        if set(left) <= extra:
+            break
+        extra = extra | frozenset(left)
+    listed = "; ".join(f"{name} (from {loc})" for name, loc in left.items())
+    raise UserError(f"{origin}: torch-mlir could not lower {listed} to linalg, and running it "
+                    "through PyTorch as a fallback op did not help either")
 
 
 def _as_strided_to_view(graph_module) -> int:
@@ -291,9 +331,15 @@ def _as_strided_to_view(graph_module) -> int:
     return rewritten
 
 
+def _failed_ops(diagnostics: list[str]) -> frozenset[str]:
+    """The aten ops torch-mlir's diagnostics say it could not convert."""
+    text = "\n".join(diagnostics)
+    return frozenset(re.findall(r'name = "torch\.(aten\.[\w.]+)"', text)) | \
+        frozenset(re.findall(r"operation 'torch\.(aten\.[\w.]+)'", text))
+
+
 def _explain_lowering_failure(origin: str, diagnostics: list[str], fallback: str) -> str:
-    ops = sorted(set(re.findall(r'name = "torch\.(aten\.[\w.]+)"', "\n".join(diagnostics))) |
-                 set(re.findall(r"operation 'torch\.(aten\.[\w.]+)'", "\n".join(diagnostics))))
+    ops = sorted(_failed_ops(diagnostics))
     detail = "\n".join(_clip(d, 400) for d in diagnostics[:8]) or _clip(fallback)
     if ops:
         return (f"{origin}: torch-mlir cannot lower {', '.join(ops)} to linalg; replace it with "
