@@ -397,6 +397,8 @@ def report_markdown(report: dict) -> str:
         lines += ["", "Notes:", *notes]
     if not report.get("linked"):
         lines += ["", f"Linked IR not written: {report.get('link_note')}"]
+    from kforge.coverage import coverage_markdown
+    lines += coverage_markdown(report.get("coverage") or {})
     return "\n".join(lines) + "\n"
 
 
@@ -423,6 +425,10 @@ def print_report(report: dict, console=None) -> None:
     for r in report["regions"]:
         if r.get("message"):
             console.print(f"  {r['hash']}: {r['message'][:300]}")
+    cov = report.get("coverage")
+    if cov:
+        from kforge.coverage import coverage_markdown
+        console.print("\n".join(coverage_markdown(cov)[1:]), markup=False)
 
 
 def write_report(pkg: Path, report: CompileReport) -> dict:
@@ -497,6 +503,9 @@ def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache 
     say("regions")
     regions_dir = pkg / "regions"
     form_regions(imported.mlir_path, regions_dir)
+    from kforge.coverage import check_runnable
+    from kforge.spec import load_host_plan
+    check_runnable(load_host_plan(regions_dir / "host_plan.json"), str(model))
     timings["regions"] = round(time.monotonic() - t, 3)
     model_path = None
     if not hasattr(model, "forward"):
@@ -523,8 +532,37 @@ def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache 
                           weights_path=imported.weights_path, model_path=model_path,
                           progress=progress, dynamic_size=batch, extra_meta=extra)
     doc["stages"] = {**timings, **doc.get("stages", {})}
+    say("coverage")
+    t = time.monotonic()
+    doc["coverage"] = model_coverage(pkg, options.target, example_inputs=example_inputs,
+                                     model_path=model_path)
+    doc["stages"]["coverage"] = round(time.monotonic() - t, 3)
     atomic_write_text(pkg / "report.json", json.dumps(doc, indent=2))
+    atomic_write_text(pkg / "report.md", report_markdown(doc))
     return doc
+
+
+def model_coverage(pkg: Path, target: str, *, example_inputs=None, model_path=None) -> dict:
+    """Ops and FLOPs by home (verified kernel, reference, fallback op, host step), and, where
+    the target's device is here, each home's share of one timed run on the example inputs."""
+    from kforge.coverage import merge_profile, plan_coverage, profile_plan
+    from kforge.verify import target_available
+    package = open_package(pkg)
+    verified = {h for h, e in package.manifest.get("kernels", {}).items()
+                if (e.get("verification") or {}).get("status") == "verified"
+                and e.get("target") == target}
+    cov = plan_coverage(package.plan, package.specs, verified)
+    profile = None
+    if target_available(target):
+        inputs = list(example_inputs) if example_inputs is not None else None
+        if inputs is None and model_path is not None:
+            from kforge.runtime import load_model_file
+            _, inputs = load_model_file(model_path, with_model=False)
+        if inputs is not None:
+            from kforge.runtime import load_package
+            compiled = load_package(pkg, target=target, tune=False)
+            profile = profile_plan(compiled, inputs, repeats=2)   # the first run compiles
+    return merge_profile(cov, profile)
 
 
 def _example_batch(model_path: Path) -> int | None:

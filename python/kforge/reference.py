@@ -591,7 +591,8 @@ def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
 
 def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
                   inputs: Sequence[torch.Tensor], weights: Mapping[str, torch.Tensor],
-                  kernels: "Mapping[str, Callable] | None" = None) -> tuple[torch.Tensor, ...]:
+                  kernels: "Mapping[str, Callable] | None" = None,
+                  step_timer: "Callable | None" = None) -> tuple[torch.Tensor, ...]:
     """Execute a host plan: region calls go to kernels[hash] when given, else to the reference
     of the region's spec (specs[hash], or `<hash>.json` beside the plan); other steps run here.
 
@@ -625,23 +626,33 @@ def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
     types = _Types(None)
     refs: dict[str, Callable] = {}
     for i, step in enumerate(plan.steps):
-        if isinstance(step, CallStep):
-            fn = kernels.get(step.call)
-            if fn is None:
-                if step.call not in refs:
-                    spec = specs.get(step.call)
-                    if spec is None:
-                        if plan.directory is None:
-                            raise UserError(f"host plan step {i}: no spec for region {step.call}")
-                        spec = load_spec(Path(plan.directory) / f"{step.call}.json")
-                    refs[step.call] = reference_fn(spec)
-                fn = refs[step.call]
-            outs = fn(*(env[o] for o in step.operands))
-            for r, t in zip(step.results, outs):
-                env[r] = t
+        if step_timer is not None:
+            step_timer(step, lambda: _run_step(i, step, plan, specs, kernels, refs, env,
+                                               tensor_types, types, device))
         else:
-            _exec_op(step, env, tensor_types.__getitem__, types, set(step.results), device)
+            _run_step(i, step, plan, specs, kernels, refs, env, tensor_types, types, device)
     return tuple(env[o] for o in plan.outputs)
+
+
+def _run_step(i, step, plan, specs, kernels, refs, env, tensor_types, types, device) -> None:
+    if isinstance(step, CallStep):
+        fn = kernels.get(step.call)
+        if fn is None:
+            if step.call not in refs:
+                spec = specs.get(step.call)
+                if spec is None:
+                    if plan.directory is None:
+                        raise UserError(f"host plan step {i}: no spec for region {step.call}")
+                    spec = load_spec(Path(plan.directory) / f"{step.call}.json")
+                refs[step.call] = reference_fn(spec)
+            fn = refs[step.call]
+        outs = fn(*(env[o] for o in step.operands))
+        for r, t in zip(step.results, outs):
+            env[r] = t
+    else:
+        _exec_op(step, env, tensor_types.__getitem__, types, set(step.results), device)
+
+
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ FALLBACK_OPS = frozenset({
     # gathers: linalg.generic bodies with tensor.extract, which kernel specs do not describe
     "aten.embedding", "aten.index.Tensor", "aten.index_select", "aten.gather",
     "aten.take_along_dim",
+    # concatenation: tensor.concat, which kernel specs do not describe (a copy at memory speed)
+    "aten.cat",
 })
 
 # the lowering pipeline of torch-mlir's `torch-backend-to-linalg-on-tensors-backend-pipeline`

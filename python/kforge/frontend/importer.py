@@ -232,9 +232,14 @@ def _lower_to_linalg(program, origin: str):
         diagnostics.append(f"{_short_loc(diag.location)}: {diag.message}")
         return True
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        program = program.run_decompositions(get_decomposition_table())
+    _views_to_reshapes(program.graph_module)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            program = program.run_decompositions(get_decomposition_table())
+    except Exception as exc:     # a decomposition that fails on this graph
+        raise UserError(f"{origin}: PyTorch's decompositions (run before torch-mlir) failed: "
+                        f"{type(exc).__name__}: {_clip(str(exc).strip().splitlines()[0] if str(exc).strip() else '', 400)}") from None
     _as_strided_to_view(program.graph_module)
     handler = context.attach_diagnostic_handler(collect)
     try:
@@ -291,6 +296,25 @@ def _import_with_fallbacks(program, context, origin: str, diagnostics: list[str]
     listed = "; ".join(f"{name} (from {loc})" for name, loc in left.items())
     raise UserError(f"{origin}: torch-mlir could not lower {listed} to linalg, and running it "
                     "through PyTorch as a fallback op did not help either")
+
+
+def _views_to_reshapes(graph_module) -> int:
+    """`aten.view` -> `aten.reshape` in the exported (functional) graph.
+
+    The graph has no mutation, so a view and a reshape compute the same values; but a
+    decomposition may give a view's input other strides than eager did (GPT-2's Conv1D views
+    the output of attention, which the SDPA decomposition leaves transposed), and re-tracing
+    then fails with "Cannot view a tensor with shape ... and strides ...". A reshape of a
+    contiguous tensor is still a view, so nothing is copied where eager copied nothing."""
+    view, reshape = torch.ops.aten.view.default, torch.ops.aten.reshape.default
+    count = 0
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target is view:
+            node.target = reshape
+            count += 1
+    if count:
+        graph_module.recompile()
+    return count
 
 
 def _as_strided_to_view(graph_module) -> int:

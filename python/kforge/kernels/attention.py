@@ -1,0 +1,526 @@
+"""Fused flash-attention forward as a KForge kernel source generator.
+
+    out[b, h, i] = sum_j softmax_j(l[b, h, i, :] (+ sink)) v[b, h // G, j]
+    l[b, h, i, j] = scale * q[b, h, i] . k[b, h // G, j]  (+ additive mask)   or -inf if masked
+
+`attention_source(...)` returns the Python source of a self-contained KForge candidate (imports
+only torch, triton, triton.language, math; passes kforge.verify.static.static_check): one
+@triton.jit kernel plus helpers, and `launch(q, k, v[, mask][, sinks]) -> (out,)` that only checks
+shapes, allocates the output (torch.empty_like(q)), takes a broadcasting view of the mask
+(`mask.expand`, stride 0 on broadcast dims, never materialized) and launches the kernel. Every
+shape-independent choice is baked into the source as a module-level constant; B, H, Sq, Skv and
+all strides are read from the tensors at run time, so one source serves every batch/sequence size.
+
+Semantics (the reference is `reference_attention` below; it equals
+torch.nn.functional.scaled_dot_product_attention wherever that one is defined):
+  * q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D], any strides; Hq == gqa_group * Hkv (query head h
+    reads kv head h // gqa_group); D in {16, 32, 64, 80, 96, 128} (padded to a power of two
+    inside the kernel, with masked loads).
+  * scale defaults to 1/sqrt(D), applied to q.k before the additive mask (as SDPA).
+  * mask: None, "bool" (True = keep) or "additive" (float, added to the scaled logits; -inf or
+    finfo.min entries as transformers builds them), broadcastable to [B, Hq, Sq, Skv].
+  * causal, bottom-right aligned (KV caches): query i attends key j iff j <= i + (Skv - Sq).
+    NB torch's `is_causal=True` is top-left aligned; the two agree only when Sq == Skv.
+  * window W: additionally j > i + (Skv - Sq) - W (the last W keys up to and including the
+    diagonal; transformers' sliding_window_overlay). Without `causal` it is only this lower
+    bound (keys after the diagonal stay visible).
+  * sinks (gpt-oss): a per-query-head logit s[h] (not scaled, no mask) in the denominator only.
+  * rows where every key is masked: masked_rows="zero" (default) writes 0, which is what
+    torch >= 2.5 SDPA returns (math backend `_safe_softmax`; checked with torch 2.13) and what
+    transformers >= 4.48 relies on (its masking_utils no longer unmasks such rows; the old
+    `allow_torch_fix` is a no-op in 5.x); masked_rows="nan" writes NaN (0/0, older torch).
+    With sinks such a row is 0 either way (the sink takes all the weight). An additive mask of
+    finite finfo.min values is *not* "masked": like eager torch, such a row averages v.
+  * dtypes fp32, bf16, fp16 (baked: `dtype`); out has q's dtype and q's layout; fp32 softmax
+    statistics and accumulator.
+
+Precision (`dot_precision`):
+  * "ieee": fp32-accurate products. For fp32 operands the dots use
+    input_precision=`fp32_dot` — "tf32x3" (default: Triton's 3xTF32 split on tensor cores, ~2^-22
+    relative per product, the GEMM study in benchmarks/gemm/NOTES.md measured it at fp32 accuracy
+    on the H200) or "ieee" (plain fp32 FMA, exact but without tensor cores). P@V is always taken
+    into a fresh accumulator and added in fp32 (chaining wgmma accumulation is not
+    round-to-nearest). bf16/fp16 q, k: q@k^T runs on 16-bit tensor cores (products are exact in
+    fp32), P stays fp32 and V is widened to fp32 for P@V.
+  * "tf32": the same with input_precision="tf32".
+  * "bf16": q/k/v tiles cast to bf16 (fp16 when the inputs are fp16), P cast likewise, fp32
+    accumulation (P@V chained in the accumulator, as FlashAttention does).
+  * interpret=True (the Triton interpreter, TRITON_INTERPRET=1): numpy has no bf16 matmul, so
+    every dot widens its (already rounded) operands to fp32 and multiplies exactly; the rounding of
+    the "bf16" policy is still applied first, so the numerics match the GPU's up to accumulation
+    order. The interpreter's "tf32" is exact fp32.
+
+Other API: `attention_configs(head_dim, dtype, target, *, seq_q=None)` (block sizes/warps/stages
+worth trying, as attention_source keyword dicts), `reference_attention(...)` (pure torch, any
+float dtype, float64 for tests), `load_source(src)` (import a rendered source; Triton's JIT needs
+a real file). The H200 timing script is benchmarks/attention/bench_attention.py.
+
+pack_gqa=True puts the gqa_group query heads that share a kv head into one program's rows
+(rows = (head in group, query)), so each K/V tile is loaded once per group: for decoding
+(Sq = 1) it turns a 1-row tile into a gqa_group-row tile.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+
+HEAD_DIMS = (16, 32, 64, 80, 96, 128)
+DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+DOT_PRECISIONS = ("ieee", "tf32", "bf16")
+FP32_DOTS = ("tf32x3", "ieee")
+MASK_KINDS = {None: 0, "bool": 1, "additive": 2}
+MASKED_ROWS = ("zero", "nan")
+LOG2E = 1.4426950408889634
+
+_KERNEL = '''
+@triton.jit
+def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
+    """a @ b with fp32 accumulation; PREC "" = 16-bit operands (tensor cores)."""
+    if INTERP:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif PREC == "":
+        c = tl.dot(a, b)
+    else:
+        c = tl.dot(a, b, input_precision=PREC)
+    return c
+
+
+@triton.jit
+def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,
+               stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+               BOUNDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               HEAD_DIM: tl.constexpr, QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr,
+               CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASK_KIND: tl.constexpr,
+               QK_PREC: tl.constexpr, PV_PREC: tl.constexpr, LOWP: tl.constexpr,
+               CAST_KV: tl.constexpr, CHAIN_PV: tl.constexpr, INTERP: tl.constexpr):
+    """One BLOCK_N block of keys: the online-softmax update of (acc, l_i, m_i).
+    BOUNDS: the block may hold keys >= Skv or keys the causal/window band excludes for some
+    row; without it every key of the block is < Skv and in the band of every row."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    n_ok = offs_n < Skv
+    d_ok = offs_d < HEAD_DIM
+    kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    if BOUNDS:
+        kt = tl.load(kt_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+    elif BLOCK_D != HEAD_DIM:
+        kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+    else:
+        kt = tl.load(kt_ptrs)
+        v = tl.load(v_ptrs)
+    if CAST_KV:
+        kt = kt.to(LOWP)
+    s = _mma(q, kt, QK_PREC, INTERP) * QK_SCALE
+    if MASK_KIND != 0:
+        m_ptrs = mask_rows[:, None] + offs_n[None, :] * stride_mn
+        if BOUNDS:
+            m_ok = row_ok[:, None] & n_ok[None, :]
+        else:
+            m_ok = row_ok[:, None] & (offs_n[None, :] >= 0)
+        if MASK_KIND == 1:
+            mv = tl.load(m_ptrs, mask=m_ok, other=0)
+            keep = mv != 0
+        else:
+            s = s + tl.load(m_ptrs, mask=m_ok, other=0.0).to(tl.float32)
+    if BOUNDS:
+        band = n_ok[None, :] & (row_i[:, None] >= 0)
+        if CAUSAL:
+            band = band & (offs_n[None, :] <= row_i[:, None] + off)
+        if WINDOW > 0:
+            band = band & (offs_n[None, :] > row_i[:, None] + (off - WINDOW))
+        if MASK_KIND == 1:
+            keep = keep & band
+        else:
+            keep = band
+        s = tl.where(keep, s, float("-inf"))
+    elif MASK_KIND == 1:
+        s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)    # a row with nothing kept yet
+    if USE_EXP2:
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
+    else:
+        alpha = tl.exp(m_i - m_use)
+        p = tl.exp(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if PV_PREC == "":
+        pv_a = p.to(LOWP)
+        pv_b = v.to(LOWP)
+    else:
+        pv_a = p
+        pv_b = v.to(tl.float32)
+    if CHAIN_PV and not INTERP:
+        acc = tl.dot(pv_a, pv_b, acc)
+    else:
+        acc = acc + _mma(pv_a, pv_b, PV_PREC, INTERP)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, M, S,
+              stride_qb, stride_qh, stride_qm, stride_qd,
+              stride_kb, stride_kh, stride_kn, stride_kd,
+              stride_vb, stride_vh, stride_vn, stride_vd,
+              stride_ob, stride_oh, stride_om, stride_od,
+              stride_mb, stride_mh, stride_mm, stride_mn,
+              Sq, Skv, n_head_prog,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, GQA: tl.constexpr, PACK: tl.constexpr,
+              QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr, CAUSAL: tl.constexpr,
+              WINDOW: tl.constexpr, MASK_KIND: tl.constexpr, HAS_SINKS: tl.constexpr,
+              SINK_SCALE: tl.constexpr, QK_PREC: tl.constexpr, PV_PREC: tl.constexpr,
+              LOWP: tl.constexpr, CAST_Q: tl.constexpr, CAST_KV: tl.constexpr,
+              CHAIN_PV: tl.constexpr, ZERO_EMPTY: tl.constexpr, INTERP: tl.constexpr):
+    # program -> (row tile, batch, head group); row tiles of one (b, head) are adjacent so that
+    # they share K/V in L2; with CAUSAL the heaviest tile of each (b, head) goes first
+    G: tl.constexpr = GQA if PACK else 1          # query heads per program
+    R = Sq * G                                    # rows of one program space
+    n_m = tl.cdiv(R, BLOCK_M)
+    pid = tl.program_id(0)
+    start_m = pid % n_m
+    if CAUSAL:
+        start_m = n_m - 1 - start_m
+    bh = pid // n_m
+    b = bh // n_head_prog
+    h0 = (bh % n_head_prog) * G                   # first query head of this program
+    hkv = h0 // GQA
+    r0 = start_m * BLOCK_M
+    offs_m = r0 + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < R
+    r1 = tl.minimum(r0 + BLOCK_M, R) - 1          # last real row
+    if PACK:
+        g = offs_m // Sq
+        row_i = offs_m - g * Sq                    # query index of each row
+        head = h0 + g                              # query head of each row
+        g0 = r0 // Sq
+        g1 = r1 // Sq
+        i_min = tl.where(g0 == g1, r0 - g0 * Sq, 0)
+        i_max = tl.where(g0 == g1, r1 - g0 * Sq, Sq - 1)
+    else:
+        row_i = offs_m
+        head = h0 + offs_m * 0
+        i_min = r0
+        i_max = r1
+    b64 = b.to(tl.int64)
+    head64 = head.to(tl.int64)
+    row64 = row_i.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+
+    q_ptrs = Q + (b64 * stride_qb + head64 * stride_qh + row64 * stride_qm)[:, None] \\
+        + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if CAST_Q:
+        q = q.to(LOWP)
+    k_base = K + b64 * stride_kb + hkv.to(tl.int64) * stride_kh
+    v_base = V + b64 * stride_vb + hkv.to(tl.int64) * stride_vh
+    mask_rows = M + b64 * stride_mb + head64 * stride_mh + row64 * stride_mm
+
+    if HAS_SINKS:
+        m_i = tl.load(S + head, mask=row_ok, other=0.0).to(tl.float32) * SINK_SCALE
+        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # key range [lo, hi) that some row of the tile may see, and the sub-range [full_lo,
+    # full_hi) that every row sees (no causal/window/Skv masks there)
+    off = Skv - Sq
+    lo = 0
+    hi = Skv
+    full_lo = 0
+    full_hi = Skv
+    if CAUSAL:
+        hi = tl.minimum(Skv, i_max + off + 1)
+        full_hi = tl.minimum(hi, i_min + off + 1)
+    if WINDOW > 0:
+        lo = tl.maximum(0, i_min + off - WINDOW + 1)
+        full_lo = tl.maximum(lo, i_max + off - WINDOW + 1)
+    lo = (lo // BLOCK_N) * BLOCK_N                 # blocks start at multiples of BLOCK_N
+    hi = tl.maximum(hi, lo)                        # (no key at all: causal with Sq > Skv)
+    # masked [lo, mid_lo), unmasked [mid_lo, mid_hi), masked [mid_hi, hi)
+    mid_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), hi)
+    mid_hi = tl.maximum(tl.minimum((full_hi // BLOCK_N) * BLOCK_N, hi), mid_lo)
+
+    for start_n in range(lo, mid_lo, BLOCK_N):
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
+                                   start_n, Skv, off, stride_kn, stride_kd, stride_vn, stride_vd,
+                                   stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
+                                   USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
+                                   CAST_KV, CHAIN_PV, INTERP)
+    for start_n in range(mid_lo, mid_hi, BLOCK_N):
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
+                                   start_n, Skv, off, stride_kn, stride_kd, stride_vn, stride_vd,
+                                   stride_mn, False, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
+                                   USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
+                                   CAST_KV, CHAIN_PV, INTERP)
+    for start_n in range(mid_hi, hi, BLOCK_N):
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
+                                   start_n, Skv, off, stride_kn, stride_kd, stride_vn, stride_vd,
+                                   stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
+                                   USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
+                                   CAST_KV, CHAIN_PV, INTERP)
+
+    if ZERO_EMPTY:
+        l_i = tl.where(l_i == 0.0, 1.0, l_i)       # no key kept: acc is 0, the row is 0
+    out = acc / l_i[:, None]
+    o_ptrs = O + (b64 * stride_ob + head64 * stride_oh + row64 * stride_om)[:, None] \\
+        + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+'''
+
+_LAUNCH = '''
+
+def launch({params}):
+    """{doc} -> (out,): out [B, Hq, Sq, D] in q's dtype."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k, v must be 4-d [B, H, S, D]")
+    B, HQ, SQ, D = q.shape
+    HKV = k.shape[1]
+    SKV = k.shape[2]
+    if D != HEAD_DIM or k.shape[3] != HEAD_DIM or v.shape[3] != HEAD_DIM:
+        raise ValueError(f"head dim must be {{HEAD_DIM}}, got q {{tuple(q.shape)}}")
+    if k.shape[0] != B or v.shape[0] != B or v.shape[1] != HKV or v.shape[2] != SKV:
+        raise ValueError(f"k {{tuple(k.shape)}} and v {{tuple(v.shape)}} do not match q "
+                         f"{{tuple(q.shape)}}")
+    if HQ != HKV * GQA_GROUP:
+        raise ValueError(f"{{HQ}} query heads != {{GQA_GROUP}} x {{HKV}} kv heads")
+    if q.dtype != DTYPE or k.dtype != DTYPE or v.dtype != DTYPE:
+        raise ValueError(f"q, k, v must be {{DTYPE}}")
+    o = torch.empty_like(q)
+{mask_code}{sink_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
+    _attn_fwd[grid](
+        q, k, v, o, m, s,
+        q.stride(0), q.stride(1), q.stride(2), q.stride(3),
+        k.stride(0), k.stride(1), k.stride(2), k.stride(3),
+        v.stride(0), v.stride(1), v.stride(2), v.stride(3),
+        o.stride(0), o.stride(1), o.stride(2), o.stride(3),
+        msb, msh, msm, msn,
+        SQ, SKV, HQ // HEAD_GROUP,
+        HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+        GQA=GQA_GROUP, PACK=PACK_GQA, QK_SCALE=QK_SCALE, USE_EXP2=USE_EXP2, CAUSAL=CAUSAL,
+        WINDOW=WINDOW, MASK_KIND=MASK_KIND, HAS_SINKS=HAS_SINKS, SINK_SCALE=SINK_SCALE,
+        QK_PREC=QK_PREC, PV_PREC=PV_PREC, LOWP=LOWP, CAST_Q=CAST_Q, CAST_KV=CAST_KV,
+        CHAIN_PV=CHAIN_PV, ZERO_EMPTY=ZERO_EMPTY, INTERP=INTERPRET,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )
+    return (o,)
+'''
+
+_MASK_CODE = '''    if mask.dim() > 4:
+        raise ValueError("mask must be broadcastable to [B, Hq, Sq, Skv]")
+    if MASK_KIND == 1 and mask.dtype != torch.bool:
+        raise ValueError("this kernel takes a boolean mask (True = keep)")
+    if MASK_KIND == 2 and not mask.is_floating_point():
+        raise ValueError("this kernel takes an additive float mask")
+    m = mask.expand(B, HQ, SQ, SKV)      # a view: broadcast dims get stride 0
+    msb, msh, msm, msn = m.stride()
+'''
+_NO_MASK_CODE = '''    m = q                                # unused pointer
+    msb, msh, msm, msn = 0, 0, 0, 0
+'''
+_SINK_CODE = '''    if sinks.dim() != 1 or sinks.shape[0] != HQ:
+        raise ValueError(f"sinks must be [{HQ}], got {tuple(sinks.shape)}")
+    s = sinks
+'''
+_NO_SINK_CODE = '''    s = q                                # unused pointer
+'''
+
+
+def _check(cond: bool, msg: str):
+    if not cond:
+        raise ValueError(msg)
+
+
+def attention_source(*, head_dim: int, causal: bool = False, window: int | None = None,
+                     scale: float | None = None, mask: str | None = None, sinks: bool = False,
+                     gqa_group: int = 1, dtype: str = "fp32", dot_precision: str = "ieee",
+                     block_m: int = 64, block_n: int = 64, num_warps: int = 4,
+                     num_stages: int = 2, interpret: bool = False, fp32_dot: str = "tf32x3",
+                     pack_gqa: bool = False, masked_rows: str = "zero") -> str:
+    """The source of a KForge candidate computing attention with these baked options.
+
+    `launch(q, k, v[, mask][, sinks])` (mask when `mask` is set, sinks when `sinks`) returns
+    (out,). See the module docstring for the semantics and precision policies."""
+    _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    _check(dot_precision in DOT_PRECISIONS,
+           f"dot_precision must be one of {DOT_PRECISIONS}, got {dot_precision!r}")
+    _check(fp32_dot in FP32_DOTS, f"fp32_dot must be one of {FP32_DOTS}, got {fp32_dot!r}")
+    _check(mask in MASK_KINDS, f"mask must be None, 'bool' or 'additive', got {mask!r}")
+    _check(masked_rows in MASKED_ROWS, f"masked_rows must be one of {MASKED_ROWS}")
+    _check(window is None or (isinstance(window, int) and window >= 1),
+           f"window must be None or an int >= 1, got {window!r}")
+    _check(isinstance(gqa_group, int) and gqa_group >= 1, "gqa_group must be an int >= 1")
+    for name, val in (("block_m", block_m), ("block_n", block_n)):
+        _check(val >= 16 and val & (val - 1) == 0, f"{name} must be a power of two >= 16")
+    _check(num_warps in (1, 2, 4, 8, 16), "num_warps must be 1, 2, 4, 8 or 16")
+    _check(num_stages >= 1, "num_stages must be >= 1")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    scale = float(scale)
+    _check(math.isfinite(scale), "scale must be finite")
+
+    f32 = dtype == "fp32"
+    lowp = "tl.float16" if dtype == "fp16" else "tl.bfloat16"
+    bf16 = dot_precision == "bf16"
+    fp32_prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": ""}[dot_precision]
+    qk_prec = fp32_prec if f32 else ""                # 16-bit q, k: native 16-bit dot
+    pv_prec = fp32_prec
+    # additive masks stay in natural-log units: finfo.min * log2(e) would overflow to -inf and
+    # turn an eager-style "all finfo.min" row (uniform weights in torch) into an empty one
+    use_exp2 = mask != "additive"
+    qk_scale = scale * LOG2E if use_exp2 else scale
+    sink_scale = LOG2E if use_exp2 else 1.0
+
+    consts = [
+        f"HEAD_DIM = {head_dim}",
+        f"BLOCK_D = {1 << (head_dim - 1).bit_length()}          # head_dim padded to a power of two",
+        f"BLOCK_M = {block_m}",
+        f"BLOCK_N = {block_n}",
+        f"NUM_WARPS = {num_warps}",
+        f"NUM_STAGES = {num_stages}",
+        f"GQA_GROUP = {gqa_group}                # query heads per kv head",
+        f"PACK_GQA = {bool(pack_gqa and gqa_group > 1)}           # a program takes all query heads of a kv head",
+        f"HEAD_GROUP = {gqa_group if pack_gqa else 1}               # query heads per program",
+        f"CAUSAL = {bool(causal)}                 # bottom-right aligned: key j <= query i + Skv - Sq",
+        f"WINDOW = {window or 0}                   # > 0: also key j > i + Skv - Sq - WINDOW",
+        f"SCALE = {scale!r}",
+        f"USE_EXP2 = {use_exp2}",
+        f"QK_SCALE = {qk_scale!r}       # SCALE (* log2 e when USE_EXP2)",
+        f"SINK_SCALE = {sink_scale!r}",
+        f"MASK_KIND = {MASK_KINDS[mask]}                # 0 none, 1 bool (True = keep), 2 additive",
+        f"HAS_SINKS = {bool(sinks)}",
+        f"DTYPE = {DTYPES[dtype]}",
+        f"DOT_PRECISION = {dot_precision!r}",
+        f"QK_PREC = {qk_prec!r}              # tl.dot input_precision for q@k^T ('' = 16-bit operands)",
+        f"PV_PREC = {pv_prec!r}              # tl.dot input_precision for p@v ('' = 16-bit operands)",
+        f"LOWP = {lowp}",
+        f"CAST_Q = {bf16 and f32}",
+        f"CAST_KV = {bf16 and f32}",
+        f"CHAIN_PV = {bf16}                # p@v accumulated in the dot (16-bit policy only)",
+        f"ZERO_EMPTY = {masked_rows == 'zero'}              # rows with no key kept: 0 (else NaN)",
+        f"INTERPRET = {bool(interpret)}               # Triton interpreter: dots widened to fp32",
+    ]
+    params = ["q", "k", "v"] + (["mask"] if mask else []) + (["sinks"] if sinks else [])
+    feats = [f"D={head_dim}", dtype, f"dot={dot_precision}"]
+    if causal:
+        feats.append("causal")
+    if window:
+        feats.append(f"window={window}")
+    if mask:
+        feats.append(f"{mask} mask")
+    if sinks:
+        feats.append("sinks")
+    if gqa_group > 1:
+        feats.append(f"gqa={gqa_group}")
+    header = textwrap.dedent(f'''\
+        """Flash-attention forward ({", ".join(feats)}), generated by kforge.kernels.attention.
+
+        launch({", ".join(params)}) -> (out,); q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D].
+        """
+        import math
+
+        import torch
+        import triton
+        import triton.language as tl
+
+        ''')
+    launch = _LAUNCH.format(
+        params=", ".join(params), doc=f"launch({', '.join(params)})",
+        mask_code=_MASK_CODE if mask else _NO_MASK_CODE,
+        sink_code=_SINK_CODE if sinks else _NO_SINK_CODE)
+    return header + "\n".join(consts) + "\n\n" + _KERNEL + launch
+
+
+def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
+                      seq_q: int | None = None) -> list[dict]:
+    """Launch configurations worth timing, best guess first, as attention_source keywords.
+
+    target "cuda" (H200, sm_90: wgmma wants BLOCK_M a multiple of 64 with 4 or 8 warps) or "cpu"
+    / "interpreter" (small tiles: the interpreter's cost grows with tile area). seq_q <= 16
+    (decoding) gives small-BLOCK_M configs (with pack_gqa: the group's heads fill the rows).
+    Unmeasured on the H200 so far: benchmarks/attention/bench_attention.py times them."""
+    _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}")
+    _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}")
+
+    def c(bm, bn, w, s, **kw):
+        return dict(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **kw)
+
+    if target in ("cpu", "interpreter", "interpret"):
+        return [c(16, 16, 4, 1), c(32, 32, 4, 1)]
+    _check(target == "cuda", f"target must be 'cuda' or 'cpu', got {target!r}")
+    dp = 1 << (head_dim - 1).bit_length()
+    if seq_q is not None and seq_q <= 16:
+        return [c(16, 128, 4, 3, pack_gqa=True), c(16, 64, 4, 3, pack_gqa=True),
+                c(64, 64, 4, 3, pack_gqa=True), c(16, 128, 4, 3)]
+    if dtype == "fp32":
+        # fp32 tiles take twice the shared memory; tf32x3 needs three dots' registers
+        if dp <= 64:
+            return [c(128, 64, 8, 3), c(64, 64, 4, 3), c(128, 32, 4, 3), c(64, 32, 4, 2)]
+        return [c(64, 64, 4, 2), c(128, 64, 8, 2), c(64, 32, 4, 3), c(128, 32, 8, 2)]
+    if dp <= 64:
+        return [c(128, 128, 8, 3), c(128, 64, 4, 4), c(128, 128, 4, 3), c(64, 64, 4, 4)]
+    return [c(128, 128, 8, 3), c(128, 64, 8, 3), c(128, 64, 4, 3), c(64, 64, 4, 4),
+            c(128, 128, 8, 2)]
+
+
+def reference_attention(q, k, v, mask=None, causal: bool = False, window: int | None = None,
+                        scale: float | None = None, sinks=None, masked_rows: str = "zero"):
+    """Attention in plain torch, in q's dtype (pass float64 tensors for an exact reference).
+
+    Same semantics as the generated kernel (module docstring): GQA by repeating kv heads,
+    bottom-right causal, sliding window, bool/additive mask broadcast to [B, Hq, Sq, Skv],
+    gpt-oss sinks, fully masked rows 0 (masked_rows="zero") or NaN ("nan")."""
+    import torch
+
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    if Hq % Hkv:
+        raise ValueError(f"{Hq} query heads is not a multiple of {Hkv} kv heads")
+    dt = q.dtype
+    k = k.to(dt).repeat_interleave(Hq // Hkv, dim=1)
+    v = v.to(dt).repeat_interleave(Hq // Hkv, dim=1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    i = torch.arange(Sq, device=q.device)[:, None]
+    j = torch.arange(Skv, device=q.device)[None, :]
+    keep = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device)
+    if causal:
+        keep = keep & (j <= i + (Skv - Sq))
+    if window is not None:
+        keep = keep & (j > i + (Skv - Sq) - window)
+    keep = keep.expand(B, Hq, Sq, Skv)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            keep = keep & mask
+        else:
+            s = s + mask.to(dt)
+    s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        sk = sinks.to(dt).reshape(1, Hq, 1, 1).expand(B, Hq, Sq, 1)
+        s = torch.cat([s, sk], dim=-1)
+    mx = s.amax(dim=-1, keepdim=True)
+    mx = torch.where(mx == float("-inf"), torch.zeros_like(mx), mx)
+    p = torch.exp(s - mx)
+    den = p.sum(dim=-1, keepdim=True)
+    if sinks is not None:
+        p = p[..., :-1]
+    out = torch.matmul(p, v) / den
+    if masked_rows == "zero":
+        out = torch.where(den == 0, torch.zeros_like(out), out)
+    return out
+
+
+def load_source(src: str, module_name: str = "kforge_attention_candidate"):
+    """Import rendered source as a module (Triton's JIT needs a real file for inspect)."""
+    from kforge.kernels.gemm import load_source as _load
+
+    return _load(src, module_name)
