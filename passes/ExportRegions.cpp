@@ -115,7 +115,8 @@ struct ExportRegionsPass
     bool found = false;
     func.walk([&](func::CallOp call) {
       auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
-      if (callee && callee->hasAttr("kforge.hash"))
+      // a region, or a fallback op (a model may be all fallbacks: an embedding lookup)
+      if (callee && (callee->hasAttr("kforge.hash") || callee->hasAttr("kforge.fallback")))
         found = true;
     });
     return found;

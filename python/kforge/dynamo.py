@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import operator
 import os
 import re
 import shutil
@@ -74,7 +75,7 @@ BACKEND_NAME = "kforge"
 DEFAULTS: dict[str, Any] = {
     "target": None, "provider": "builtin", "precision": "strict", "rounds": 2,
     "time_budget": None, "cache_dir": None, "cache_mode": "use", "provider_options": None,
-    "progress": False, "fallback": "eager", "max_specializations": 8,
+    "progress": False, "fallback": "eager", "max_specializations": 8, "check": True,
 }
 PACKAGE_MARKER = "dynamo.json"
 
@@ -254,6 +255,10 @@ class _GraphPlan:
                                    "tensor or a number")
         if not self.inputs:
             raise _Unsupported("the graph has no tensor inputs besides weights")
+        mutation = _input_mutation(gm, placeholders)
+        if mutation:
+            raise _Unsupported(f"it writes to an input, a parameter or a buffer in place "
+                               f"({mutation}); KForge compiles functional graphs only")
         # outputs: leaves of the returned structure are graph inputs passed through, tensors
         # the graph computes (the package's results, each once), or constants
         index = {n: i for i, n in enumerate(placeholders)}
@@ -278,6 +283,66 @@ class _GraphPlan:
                 self.out_leaves.append(("out", position[leaf]))
         if not self.computed:
             raise _Unsupported("the graph computes no tensor it returns")
+
+
+_INPLACE_FUNCTIONS = {operator.setitem, operator.iadd, operator.isub, operator.imul,
+                      operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow,
+                      operator.iand, operator.ior, operator.ixor, operator.ilshift,
+                      operator.irshift, operator.imatmul}
+_INPLACE_DUNDERS = {f"__{op}__" for op in ("setitem", "iadd", "isub", "imul", "itruediv",
+                                           "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+                                           "ilshift", "irshift", "imatmul")}
+_NOT_WRITES = {"requires_grad_", "retain_grad", "share_memory_"}
+
+
+def _writes_in_place(node: torch.fx.Node) -> list:
+    """The arguments `node` writes to (empty: none)."""
+    written = []
+    if node.op == "call_method":
+        name = str(node.target)
+        if name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("_") and
+                                        name not in _NOT_WRITES):
+            written.append(node.args[0] if node.args else None)
+    elif node.op == "call_function":
+        target = node.target
+        name = getattr(target, "__name__", "")
+        schema = getattr(target, "_schema", None)
+        if target in _INPLACE_FUNCTIONS or (schema is not None and schema.is_mutable) or \
+                (name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES) \
+                or node.kwargs.get("inplace") is True:
+            written.append(node.args[0] if node.args else None)
+    elif node.op == "call_module" and getattr(node.graph.owning_module.get_submodule(
+            node.target), "inplace", False) is True:
+        written.append(node.args[0] if node.args else None)
+    if "out" in node.kwargs:
+        written.append(node.kwargs["out"])
+    return written
+
+
+def _input_mutation(gm: torch.fx.GraphModule, placeholders: list) -> str:
+    """`add_ at line 12` for the first op that writes in place to a graph input (or a view of
+    one: found by storage, from dynamo's fake example values); "" if there is none. Writes to
+    the graph's own intermediates are left to the frontend (torch.export functionalizes them)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(value):
+        if isinstance(value, torch.Tensor):
+            try:
+                return StorageWeakRef(value.untyped_storage())
+            except Exception:  # noqa: BLE001 - no storage to compare: treated as an input
+                return None
+        return None
+
+    inputs = {storage(n.meta.get("example_value")) for n in placeholders} - {None}
+    for node in gm.graph.nodes:
+        for arg in _writes_in_place(node):
+            leaves = pytree.tree_leaves(arg)
+            refs = [storage(a.meta.get("example_value")) if isinstance(a, torch.fx.Node)
+                    else None for a in leaves] or [None]
+            if any(r is None or r in inputs for r in refs):
+                line = _where([node])
+                return f"{node.target}" + (f", {line}" if line else "")
+    return ""
 
 
 def _weight_name(node: torch.fx.Node, example: torch.Tensor, used: set[str]) -> str | None:
@@ -361,9 +426,8 @@ class _Runner:
                 self.fixed[a.weight] = compiled.weights[a.weight]
         self.failed = False
 
-    def __call__(self, *args):
-        if self.failed:
-            return self.gm.forward(*args)
+    def run_package(self, *args):
+        """The graph's outputs computed by the package (raises where the package fails)."""
         plan = self.plan
         weights = dict(self.fixed)
         for name, i in self.bound:
@@ -371,9 +435,20 @@ class _Runner:
             weights[name] = t if t.is_contiguous() else t.contiguous()
         self.compiled.weights = weights
         inputs = [args[i].contiguous() for i in plan.inputs]
+        with torch.no_grad():
+            outs = self.compiled(*inputs)
+        if isinstance(outs, torch.Tensor):
+            outs = (outs,)
+        leaves = []
+        for kind, v in plan.out_leaves:
+            leaves.append(outs[v] if kind == "out" else args[v] if kind == "arg" else v)
+        return pytree.tree_unflatten(leaves, plan.out_spec)
+
+    def __call__(self, *args):
+        if self.failed:
+            return self.gm.forward(*args)
         try:
-            with torch.no_grad():
-                outs = self.compiled(*inputs)
+            return self.run_package(*args)
         except Exception as exc:  # noqa: BLE001 - the user's model must still run
             self.failed = True
             self.record.status = "eager"
@@ -382,12 +457,6 @@ class _Runner:
             warnings.warn(f"kforge: {self.record.name} runs eagerly from now on: "
                           f"{self.record.reason}", KForgeFallbackWarning, stacklevel=2)
             return self.gm.forward(*args)
-        if isinstance(outs, torch.Tensor):
-            outs = (outs,)
-        leaves = []
-        for kind, v in plan.out_leaves:
-            leaves.append(outs[v] if kind == "out" else args[v] if kind == "arg" else v)
-        return pytree.tree_unflatten(leaves, plan.out_spec)
 
 
 def _compile_signature(gm, plan: _GraphPlan, record: GraphRecord, opts: dict,
@@ -456,14 +525,70 @@ def _build(gm, plan: _GraphPlan, record: GraphRecord, opts: dict, args: list):
     if compiled is not None:
         record.reused += 1
     else:
-        compiled = _compile_package(pkg, key, wrapper, plan, args, opts, target)
+        try:
+            compiled = _compile_package(pkg, key, wrapper, plan, args, opts, target)
+        except UserError as exc:       # the frontend names the wrapper; the record names more
+            raise UserError(_strip_origin(str(exc), wrapper)) from None
     record.packages.append(pkg)
     regions, kernels = len(compiled.regions), len(compiled.kernels)
     record.regions += regions
     record.kernels += kernels
     if regions == 0:
         return None
-    return _Runner(gm, plan, record, compiled)
+    runner = _Runner(gm, plan, record, compiled)
+    if opts["check"]:
+        problem = _check_against_eager(gm, runner, args, opts["precision"])
+        if problem:
+            raise UserError(f"its package {pkg.name} {problem}")
+    return runner
+
+
+def _strip_origin(message: str, wrapper) -> str:
+    for origin in (repr(wrapper), type(wrapper).__name__):
+        if message.startswith(origin + ": "):
+            return message[len(origin) + 2:]
+    return message
+
+
+def _check_against_eager(gm, runner: "_Runner", args: list, precision: str) -> str | None:
+    """Run the package and the graph (eagerly) on the example inputs; what is wrong, or None.
+    A safety net for a whole program the frontend or the host plan got wrong, so the bound is
+    loose (10x the policy's tolerance): region kernels are verified one by one, separately."""
+    from kforge.verify.policy import get_policy
+    policy = get_policy(precision)
+    cuda = sorted({a.device.index or 0 for a in args
+                   if isinstance(a, torch.Tensor) and a.device.type == "cuda"})
+    with torch.no_grad(), torch.random.fork_rng(devices=cuda):
+        want = pytree.tree_leaves(gm.forward(*args))
+    try:
+        got = pytree.tree_leaves(runner.run_package(*args))
+    except Exception as exc:  # noqa: BLE001 - reported as the reason to run eagerly
+        return f"fails on the example inputs: {type(exc).__name__}: {_clip(exc, 3)}"
+    if len(got) != len(want):
+        return f"returns {len(got)} values, the graph {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(w, torch.Tensor):
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or g.dtype != w.dtype:
+            what = (f"{list(g.shape)} {g.dtype}" if isinstance(g, torch.Tensor)
+                    else type(g).__name__)
+            return f"returns {what} for output {k}; the graph returns {list(w.shape)} {w.dtype}"
+        if not w.is_floating_point():
+            if not torch.equal(g.cpu(), w.cpu()):
+                return f"differs from eager PyTorch on output {k} (integer values)"
+            continue
+        gd, wd = g.detach().double().cpu(), w.detach().double().cpu()
+        finite = torch.isfinite(wd)
+        scale = max(1.0, float(wd[finite].pow(2).mean().sqrt())) if finite.any() else 1.0
+        err = (gd - wd).abs()
+        bound = 10 * (policy.atol * scale + policy.rtol * wd.abs())
+        bad = torch.where(finite, ~(err <= bound), ~((gd == wd) | (gd.isnan() & wd.isnan())))
+        if bad.any():
+            worst = float(err[finite].max()) if finite.any() else float("nan")
+            return (f"differs from eager PyTorch on the example inputs: output {k}, "
+                    f"{int(bad.sum())} of {bad.numel()} elements beyond 10x the {policy.name} "
+                    f"tolerance (max abs error {worst:.3g})")
+    return None
 
 
 def _require_interpreter() -> None:

@@ -1,0 +1,119 @@
+"""Fallback ops: ops torch-mlir cannot lower to linalg run through PyTorch (docs/fallback-ops.md).
+
+Real torch-mlir imports, real kforge-opt host plans, real compiles (builtin, cpu) and runs that
+match eager; the spec reader and the executor on their own."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from kforge.errors import UserError
+from kforge.fallbacks import run_fallback
+from kforge.spec import FallbackOp, load_host_plan, to_json
+
+MODEL = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(16, 8)
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, ids, x):
+            h = torch.relu(self.fc(self.emb(ids)))            # gather, then a GEMM region
+            c = torch.cumsum(x, dim=-1)                        # tm_tensor.scan in torch-mlir
+            top, idx = torch.topk(c, 2, dim=-1)                # two results, one of them i64
+            s, _ = torch.sort(x, dim=-1, descending=True)
+            return h.sum(-1) + top.sum(-1, keepdim=True) + idx[..., :1].float() \\
+                + torch.lgamma(x.abs() + 1) + s              # lgamma: no linalg lowering
+
+    def get_inputs():
+        return [torch.randint(0, 16, (2, 5)), torch.randn(2, 5)]
+
+    def get_init_inputs():
+        return []
+    """)
+
+EXPECTED = {"aten.embedding", "aten.cumsum", "aten.topk", "aten.sort", "aten.lgamma"}
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fallback") / "model.py"
+    path.write_text(MODEL)
+    return path
+
+
+def test_import_outlines_fallback_ops(model_file, tmp_path, kforge_opt):
+    from kforge.frontend import form_regions, import_model
+    result = import_model(model_file, tmp_path / "model.mlir")
+    text = result.mlir_path.read_text()
+    assert "tm_tensor" not in text and "torch." not in text.replace("torch-mlir", "")
+    for name in EXPECTED:
+        assert f"call @kforge.fallback.{name}." in text, name
+        assert f'kforge.fallback = "{name}"' in text, name
+    form_regions(result.mlir_path, tmp_path / "regions")
+    plan = load_host_plan(tmp_path / "regions" / "host_plan.json")
+    steps = [s for s in plan.steps if isinstance(s, FallbackOp)]
+    assert {s.name for s in steps} == EXPECTED
+    topk = next(s for s in steps if s.name == "aten.topk")
+    assert len(topk.results) == 2 and plan.tensor(topk.results[1]).dtype == "i64"
+    # the plan round-trips through its JSON writer
+    again = load_host_plan(json.loads(to_json(plan)))
+    assert [s for s in again.steps if isinstance(s, FallbackOp)] == steps
+
+
+def test_compile_and_run_match_eager(model_file, tmp_path, kforge_opt, monkeypatch):
+    from kforge.package import compile_model
+    from kforge.runtime import eager_outputs, load_package, load_model_file, max_error
+    from kforge.synth import SynthOptions
+    monkeypatch.setenv("KFORGE_CACHE", str(tmp_path / "cache"))
+    pkg = tmp_path / "pkg"
+    doc = compile_model(model_file, pkg, SynthOptions(target="cpu", rounds=0))
+    cov = doc["coverage"]
+    assert {r["name"] for r in cov["fallback_ops"]} == EXPECTED
+    assert all(r["count"] == 1 for r in cov["fallback_ops"])
+    assert cov["time_measured"] and 0 <= cov["time_share"]["fallback"] <= 1
+    assert "Fallback ops (run by PyTorch)" in (pkg / "report.md").read_text()
+    compiled = load_package(pkg)
+    for seed in (1, 2):               # fresh inputs, not the ones it was compiled with
+        torch.manual_seed(seed)
+        _, inputs = load_model_file(model_file, with_model=False, seed=seed)
+        got = compiled(*inputs)
+        want = eager_outputs(compiled.package, inputs)
+        abs_err, _ = max_error(got, want)
+        assert abs_err <= 1e-4, abs_err
+
+
+def test_keyword_only_arguments_and_devices():
+    x = torch.randn(3, 4)
+    # torch-mlir lists cumsum's keyword-only dtype positionally
+    (out,) = run_fallback("aten.cumsum", ({"tensor": 0}, 1, None), [x], torch.device("cpu"))
+    torch.testing.assert_close(out, torch.cumsum(x, 1))
+    (out,) = run_fallback("aten.index_select", ({"tensor": 0}, 0, {"tensor": 1}),
+                          [x, torch.tensor([2, 0])], torch.device("cpu"))
+    torch.testing.assert_close(out, x[[2, 0]])
+
+
+def test_executor_errors_are_clear():
+    with pytest.raises(UserError, match="no operator aten::no_such_op"):
+        run_fallback("aten.no_such_op", ({"tensor": 0},), [torch.zeros(1)], torch.device("cpu"))
+    with pytest.raises(UserError, match="fallback op aten.cumsum failed on operands"):
+        run_fallback("aten.cumsum", ({"tensor": 0}, 5, None), [torch.zeros(2)],
+                     torch.device("cpu"))
+
+
+def test_plan_reader_checks_fallback_arguments():
+    plan = {"schema": "kforge.host-plan", "version": 1, "function": "main",
+            "inputs": [{"name": "arg0", "shape": [4], "dtype": "f32", "weight": None}],
+            "values": [{"name": "v0", "shape": [4], "dtype": "f32"}],
+            "steps": [{"op": "fallback", "name": "aten.cumsum", "args": [{"tensor": 3}, 0],
+                       "operands": ["arg0"], "results": ["v0"]}],
+            "outputs": ["v0"]}
+    with pytest.raises(UserError, match="tensor index 3 is not one of the 1 operands"):
+        load_host_plan(plan)
