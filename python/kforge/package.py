@@ -503,6 +503,8 @@ def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache 
     say("regions")
     regions_dir = pkg / "regions"
     form_regions(imported.mlir_path, regions_dir)
+    from kforge.kernel_fallbacks import promote_regions_dir
+    promote_regions_dir(regions_dir)          # attention: one-op regions that get kernels
     from kforge.coverage import check_runnable
     from kforge.spec import load_host_plan
     check_runnable(load_host_plan(regions_dir / "host_plan.json"), str(model))

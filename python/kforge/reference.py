@@ -543,7 +543,9 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
         env[op.results[0]] = torch.nn.functional.pad(src, amounts, value=op.value)
     elif isinstance(op, FallbackOp):
         from kforge.fallbacks import run_fallback
-        outs = run_fallback(op.name, op.args, [env[o] for o in op.operands], device)
+        # widened like every other op (float64 for measuring a kernel's error)
+        operands = [env[o].to(types.of_tensor(env[o])) for o in op.operands]
+        outs = run_fallback(op.name, op.args, operands, device)
         for r, t in zip(op.results, outs):
             env[r] = t
     elif isinstance(op, OpaqueOp):

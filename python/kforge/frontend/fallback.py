@@ -41,6 +41,9 @@ FALLBACK_OPS = frozenset({
     # gathers: linalg.generic bodies with tensor.extract, which kernel specs do not describe
     "aten.embedding", "aten.index.Tensor", "aten.index_select", "aten.gather",
     "aten.take_along_dim",
+    # attention: kept whole (the decomposition table's entry is dropped) and given a fused
+    # kernel as a one-op region (kforge.kernel_fallbacks); its reference is torch's SDPA
+    "aten.scaled_dot_product_attention",
     # concatenation: tensor.concat, which kernel specs do not describe (a copy at memory speed)
     "aten.cat",
 })

@@ -222,8 +222,6 @@ def _lower_to_linalg(program, origin: str):
     with its diagnostics captured; returns (text, fallback sites)."""
     from torch_mlir import ir as tm_ir
     from torch_mlir.dialects import torch as torch_d
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-
     context = tm_ir.Context()
     torch_d.register_dialect(context)
     diagnostics: list[str] = []
@@ -236,7 +234,7 @@ def _lower_to_linalg(program, origin: str):
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            program = program.run_decompositions(get_decomposition_table())
+            program = program.run_decompositions(_decompositions())
     except Exception as exc:     # a decomposition that fails on this graph
         raise UserError(f"{origin}: PyTorch's decompositions (run before torch-mlir) failed: "
                         f"{type(exc).__name__}: {_clip(str(exc).strip().splitlines()[0] if str(exc).strip() else '', 400)}") from None
@@ -296,6 +294,14 @@ def _import_with_fallbacks(program, context, origin: str, diagnostics: list[str]
     listed = "; ".join(f"{name} (from {loc})" for name, loc in left.items())
     raise UserError(f"{origin}: torch-mlir could not lower {listed} to linalg, and running it "
                     "through PyTorch as a fallback op did not help either")
+
+
+def _decompositions() -> dict:
+    """torch-mlir's decomposition table, less attention: SDPA stays one op (a fallback op that
+    gets a fused kernel, kforge.kernel_fallbacks) instead of its math decomposition."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+    return {op: fn for op, fn in get_decomposition_table().items()
+            if "scaled_dot_product" not in str(op)}
 
 
 def _views_to_reshapes(graph_module) -> int:

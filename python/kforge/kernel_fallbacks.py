@@ -1,0 +1,128 @@
+"""Fallback ops that get kernels: attention.
+
+Most fallback ops (docs/fallback-ops.md) are memory-bound glue that PyTorch runs as fast as
+anyone: gathers, scans, concatenation. Attention is not: it is a large share of a transformer's
+time, and its linalg form (two contractions around a masked softmax, with the all-masked-row
+handling of PyTorch's decomposition) is a poor fit for a region. So the frontend keeps
+`aten.scaled_dot_product_attention` whole, as a fallback op, and here each such host-plan step
+becomes a *single-op region*: a kernel spec whose one op is the fallback op itself.
+
+    host plan step  {"op": "fallback", "name": "aten.scaled_dot_product_attention", ...}
+      ─► regions/<hash>.json  (root_kind "attention"; its reference is torch's own SDPA)
+      ─► host plan step {"call": "<hash>", ...}
+
+From there it is a region like any other: the synthesis loop asks the provider for kernels
+(the builtin writes a fused flash-attention Triton kernel, `kforge.kernels.attention`), the
+verifier checks them against the reference — PyTorch's SDPA in float64 — on fresh inputs, the
+cache and the manifest keep the verified one, and a region without one runs torch's SDPA: at
+PyTorch's speed, never slower. Needs only torch.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, HostPlan, KernelSpec, Value,
+                         load_host_plan, to_json)
+
+ATTENTION = "aten.scaled_dot_product_attention"
+KERNEL_FALLBACKS = {ATTENTION: "attention"}
+
+
+def attention_flops(q_shape, k_shape) -> int:
+    """QK^T and PV: 2 * 2 * B * Hq * Sq * Skv * D."""
+    b, h, sq, d = (s or 1 for s in q_shape)
+    skv = k_shape[-2] or 1
+    return 4 * b * h * sq * skv * d
+
+
+def promote(plan: HostPlan) -> tuple[HostPlan, list[KernelSpec]]:
+    """The plan with every kernel-backed fallback step replaced by a call of a one-op region,
+    and those regions' specs."""
+    steps, specs = [], []
+    for step in plan.steps:
+        kind = KERNEL_FALLBACKS.get(step.name) if isinstance(step, FallbackOp) else None
+        if kind is None:
+            steps.append(step)
+            continue
+        spec = _region_of(plan, step, kind)
+        specs.append(spec)
+        steps.append(CallStep(spec.hash, step.operands, step.results))
+    return HostPlan(plan.function, plan.inputs, plan.values, tuple(steps), plan.outputs,
+                    plan.version, plan.directory), specs
+
+
+def _region_of(plan: HostPlan, step: FallbackOp, kind: str) -> KernelSpec:
+    args = []
+    for i, name in enumerate(step.operands):
+        t = plan.tensor(name)
+        args.append(Arg(f"arg{i}", tuple(t.shape), t.dtype, None))
+    renamed = {o: f"arg{i}" for i, o in enumerate(step.operands)}
+    values = []
+    for j, name in enumerate(step.results):
+        t = plan.tensor(name)
+        values.append(Value(f"v{j}", tuple(t.shape), t.dtype))
+    op = FallbackOp(step.name, tuple(renamed[o] for o in step.operands),
+                    tuple(v.name for v in values), step.args, step.symbol)
+    flops = attention_flops(args[0].shape, args[1].shape) if kind == "attention" else 0
+    elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}
+    min_bytes = sum(_numel(t.shape) * elem.get(t.dtype, 4) for t in args + values)
+    body = {"kind": kind, "name": step.name, "args": [[a.shape, a.dtype] for a in args],
+            "results": [[v.shape, v.dtype] for v in values], "template": step.args}
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=list).encode())
+    h = digest.hexdigest()[:16]
+    return KernelSpec(hash=h, name=f"kforge_{kind}_{h}", args=tuple(args), values=tuple(values),
+                      ops=(op,), results=tuple(v.name for v in values), root_kind=kind,
+                      fused=(step.name.split(".", 1)[1],), flops=flops, min_bytes=min_bytes,
+                      version=SCHEMA_VERSION)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s or 1
+    return n
+
+
+def promote_regions_dir(regions_dir: str | Path) -> list[str]:
+    """Rewrites `regions_dir/host_plan.json` in place and writes the new regions' specs beside
+    it; returns their hashes. Idempotent: a promoted plan has no kernel-backed fallbacks left."""
+    regions_dir = Path(regions_dir)
+    plan_path = regions_dir / "host_plan.json"
+    if not plan_path.is_file():
+        return []
+    plan = load_host_plan(plan_path)
+    new_plan, specs = promote(plan)
+    if not specs:
+        return []
+    for spec in specs:
+        to_json(spec, regions_dir / f"{spec.hash}.json")
+    to_json(new_plan, plan_path)
+    return [s.hash for s in specs]
+
+
+def attention_parameters(spec: KernelSpec) -> dict:
+    """What an attention region computes, from its fallback op's argument list:
+    sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+    enable_gqa=False)."""
+    op = spec.ops[0]
+    if not isinstance(op, FallbackOp) or op.name != ATTENTION:
+        raise ValueError(f"{spec.name} is not an attention region")
+    from kforge.fallbacks import build_args
+    markers = [f"@{i}" for i in range(len(op.operands))]
+    args = build_args(op.args, markers, None)
+    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+             "enable_gqa"]
+    defaults = [None, None, None, None, 0.0, False, None, False]
+    values = dict(zip(names, defaults))
+    values.update(zip(names, args))
+    tensor_index = {m: i for i, m in enumerate(markers)}
+    for key in ("query", "key", "value", "attn_mask"):
+        v = values[key]
+        values[key] = tensor_index.get(v) if isinstance(v, str) else None
+    return values
+
+
+__all__ = ["ATTENTION", "KERNEL_FALLBACKS", "promote", "promote_regions_dir",
+           "attention_parameters", "attention_flops"]
