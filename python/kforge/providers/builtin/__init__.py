@@ -12,6 +12,7 @@ import json
 
 from kforge.providers.base import Candidate, GenerationRequest, Provider
 from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
+from kforge.providers.builtin.attention import attention_source_for, attention_space, is_attention
 from kforge.providers.builtin.emitter import CannotGenerate
 from kforge.providers.builtin.kernels import (FP16X3, RegionShape, analyze_region,
                                               gemm_input_precisions, generate_source, problem_of,
@@ -25,6 +26,8 @@ __all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space"
 def config_space(spec, target, precision: str, shape: RegionShape | None = None) -> list[dict]:
     """Every configuration the builtin provider may try for this region, in its fixed order."""
     target = get_target(target)
+    if is_attention(spec):
+        return attention_space(spec, target, precision)
     shape = shape or analyze_region(spec)
     if shape.kind == "gemm":
         out, fallback = [], []
@@ -59,20 +62,22 @@ def candidates(spec, target, precision: str, configs: list[dict] | None = None) 
     """Candidates for the given configurations (default: the whole space), in order."""
     target = get_target(target)
     try:
-        shape = analyze_region(spec)
+        shape = None if is_attention(spec) else analyze_region(spec)
         space = config_space(spec, target, precision, shape)
     except CannotGenerate:
         return []
     out = []
     for config in configs if configs is not None else space:
         try:
-            source = generate_source(spec, target, precision, config, shape)
-        except CannotGenerate:
+            source = attention_source_for(spec, target, precision, config) if shape is None \
+                else generate_source(spec, target, precision, config, shape)
+        except (CannotGenerate, ValueError):
             continue
         index = next((i for i, c in enumerate(space) if c == config), len(space))
+        kind = "attention" if shape is None else shape.kind
         out.append(Candidate(id=f"builtin-{spec.hash}-{precision}-{target.name}-c{index}",
                              provider="builtin", source=source, config=config,
-                             notes=f"{shape.kind} kernel, config {index} of {len(space)}"))
+                             notes=f"{kind} kernel, config {index} of {len(space)}"))
     return out
 
 
@@ -141,7 +146,7 @@ class BuiltinProvider(Provider):
         target = get_target(request.target)
         spec = request.spec
         try:
-            shape = analyze_region(spec)
+            shape = None if is_attention(spec) else analyze_region(spec)
             space = config_space(spec, target, request.precision, shape)
         except CannotGenerate:
             return []
@@ -171,13 +176,15 @@ class BuiltinProvider(Provider):
             if cid in tried:
                 continue
             eligible.append(config)
-        if _screen_here(target):
+        if _screen_here(target) and shape is not None:
             return _screened(spec, target, request.precision, eligible, request.num_candidates,
                              shape)
         return candidates(spec, target, request.precision, eligible[:request.num_candidates])
 
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
         target = get_target(request.target)
+        if is_attention(request.spec):
+            return ()           # the loop times every tile configuration in order
         try:
             shape = analyze_region(request.spec)
             space = config_space(request.spec, target, request.precision, shape)

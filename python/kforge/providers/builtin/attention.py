@@ -1,0 +1,97 @@
+"""The builtin's attention regions: a fused flash-attention kernel (kforge.kernels.attention).
+
+An attention region (kforge.kernel_fallbacks) is one `aten.scaled_dot_product_attention` op;
+its arguments say what the kernel must compute (mask kind, causal, scale, GQA), the policy says
+how its products are taken:
+
+| policy | q@k^T and p@v |
+|---|---|
+| strict | fp32 operands through 3xTF32 (`tf32x3`), then plain fp32 FMA (`ieee`) as the fallback |
+| tf32 | TF32 tensor cores, then 3xTF32 |
+| bf16 | bf16 operands with fp32 accumulation, then 3xTF32 |
+
+Each precision scheme is tried over the target's tile configurations
+(`kforge.kernels.attention.attention_configs`), the policy's own scheme first.
+"""
+from __future__ import annotations
+
+from kforge.kernel_fallbacks import ATTENTION, attention_parameters
+from kforge.providers.builtin.emitter import CannotGenerate
+
+_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+_SCHEMES = {
+    "strict": [{"dot_precision": "ieee", "fp32_dot": "tf32x3"},
+               {"dot_precision": "ieee", "fp32_dot": "ieee"}],
+    "tf32": [{"dot_precision": "tf32"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
+    "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
+}
+
+
+def is_attention(spec) -> bool:
+    return getattr(spec, "root_kind", "") == "attention" and len(spec.ops) == 1 and \
+        getattr(spec.ops[0], "name", "") == ATTENTION
+
+
+def _options(spec, target) -> dict:
+    """attention_source keywords fixed by the region (everything but tiles and precision)."""
+    p = attention_parameters(spec)
+    if p["query"] != 0 or p["key"] != 1 or p["value"] != 2:
+        raise CannotGenerate("attention: q, k, v must be the first three operands")
+    q, k = spec.args[0], spec.args[1]
+    if len(q.shape) != 4 or any(s is None for s in q.shape + k.shape):
+        raise CannotGenerate("attention: only static 4-d q/k/v are supported")
+    if float(p["dropout_p"] or 0.0) != 0.0:
+        raise CannotGenerate("attention with dropout")
+    dtype = _DTYPES.get(q.dtype)
+    if dtype is None or any(a.dtype != q.dtype for a in spec.args[1:3]):
+        raise CannotGenerate(f"attention on {q.dtype} operands")
+    b, hq, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    if p["enable_gqa"]:
+        if hq % hkv:
+            raise CannotGenerate("attention: query heads not a multiple of kv heads")
+        group = hq // hkv
+    elif hq != hkv:
+        raise CannotGenerate("attention: head counts differ without enable_gqa")
+    else:
+        group = 1
+    if p["is_causal"] and sq != skv:
+        # torch's is_causal is top-left aligned; the kernel's causal is bottom-right
+        raise CannotGenerate("attention: is_causal with Sq != Skv")
+    mask = None
+    if p["attn_mask"] is not None:
+        m = spec.args[p["attn_mask"]]
+        if len(m.shape) > 4:
+            raise CannotGenerate("attention: mask of rank > 4")
+        mask = "bool" if m.dtype == "i1" else "additive" if m.dtype in _DTYPES else None
+        if mask is None:
+            raise CannotGenerate(f"attention: {m.dtype} mask")
+    from kforge.kernels.attention import HEAD_DIMS
+    if d not in HEAD_DIMS:
+        raise CannotGenerate(f"attention: head dim {d}")
+    return {"head_dim": d, "causal": bool(p["is_causal"]), "scale": p["scale"], "mask": mask,
+            "gqa_group": group, "dtype": dtype, "interpret": target.name == "cpu",
+            "_seq_q": sq}
+
+
+def attention_space(spec, target, precision: str) -> list[dict]:
+    from kforge.kernels.attention import attention_configs
+    opts = _options(spec, target)
+    where = "cpu" if target.name == "cpu" else "cuda"
+    tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"])
+    schemes = _SCHEMES.get(precision, _SCHEMES["strict"])
+    space = []
+    for scheme in schemes:
+        for tile in tiles:
+            space.append({**tile, **scheme})
+    return space
+
+
+def attention_source_for(spec, target, precision: str, config: dict) -> str:
+    from kforge.kernels.attention import attention_source
+    opts = {k: v for k, v in _options(spec, target).items() if not k.startswith("_")}
+    source = attention_source(**opts, **config)
+    return f"# region {spec.name}: aten.scaled_dot_product_attention\n" + source
+
+
+__all__ = ["is_attention", "attention_space", "attention_source_for"]
