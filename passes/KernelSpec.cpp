@@ -2,6 +2,7 @@
 
 #include "KForge/KernelSpec.h"
 #include "KForge/FusionAnalysis.h"
+#include "KForge/KForgeOps.h"
 #include "KForge/LinalgOpInfo.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -673,6 +674,32 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
     }
     if (RecordWriter::isSizeComputation(&op) || RecordWriter::isDeferred(&op))
       continue;
+    // A linked module: a custom call of a verified kernel (kforge-link-kernels).
+    if (auto custom = dyn_cast<CustomCallOp>(op)) {
+      auto kernel = module ? module.lookupSymbol<KernelOp>(custom.getCallee()) : KernelOp();
+      if (kernel) {
+        json::Array operands, results;
+        std::string why;
+        if (failed(writer.operandNames(custom, custom.getOperands(), operands, why)))
+          return custom.emitError("kforge-export-regions: a kernel call cannot be described "
+                                  "in the host plan: ")
+                 << why;
+        for (json::Value &constant : writer.takePending())
+          steps.push_back(std::move(constant));
+        for (Value result : custom.getResults()) {
+          if (failed(writer.define(result)))
+            return custom.emitError("kforge-export-regions: a kernel result of type ")
+                   << result.getType() << " cannot be described in the host plan";
+          results.push_back(*writer.nameOf(result));
+        }
+        steps.push_back(json::Object{{"kernel", kernel.getRegionHash()},
+                                     {"symbol", kernel.getSymName()},
+                                     {"target", kernel.getTarget()},
+                                     {"operands", std::move(operands)},
+                                     {"results", std::move(results)}});
+        continue;
+      }
+    }
     if (auto call = dyn_cast<func::CallOp>(op)) {
       auto callee = module ? module.lookupSymbol<func::FuncOp>(call.getCallee())
                            : func::FuncOp();

@@ -6,12 +6,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "KForge/KForgeOps.h"
+#include "KForge/KernelSpec.h"
 #include "KForge/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace mlir {
 namespace kforge {
@@ -203,6 +206,32 @@ struct LinkKernelsPass
     for (func::FuncOp region : linkedRegions)
       if (SymbolTable::symbolKnownUseEmpty(region, module))
         symbolTable.erase(region);
+    if (!hostPlan.empty() && failed(writeHostPlan(module)))
+      return signalPassFailure();
+  }
+
+  /// The host plan of the entry function (the first function with a body that is not a
+  /// region): what the runtime executes.
+  LogicalResult writeHostPlan(ModuleOp module) {
+    func::FuncOp entry;
+    for (func::FuncOp func : module.getOps<func::FuncOp>())
+      if (!func.isExternal() && !func->hasAttr("kforge.hash")) {
+        entry = func;
+        break;
+      }
+    if (!entry)
+      return module.emitError("kforge-link-kernels: host-plan: the module has no entry "
+                              "function");
+    FailureOr<json::Object> plan = buildHostPlan(entry);
+    if (failed(plan))
+      return failure();
+    std::error_code error;
+    llvm::raw_fd_ostream os(hostPlan, error);
+    if (error)
+      return module.emitError("kforge-link-kernels: cannot write '")
+             << hostPlan << "': " << error.message();
+    os << llvm::formatv("{0:2}", json::Value(std::move(*plan))) << "\n";
+    return success();
   }
 
   FailureOr<Operation *> declareKernel(const ManifestKernel &kernel, FunctionType type,

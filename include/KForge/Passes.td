@@ -165,7 +165,10 @@ def KForgeLinkKernels : Pass<"kforge-link-kernels", "::mlir::ModuleOp"> {
     target, launch data and verification record. Calls of regions without a verified kernel
     stay as they are; a region function no call needs any more is removed. With
     `emit-func-calls=true`, emits `func.call`s of external `func.func private @<symbol>`
-    declarations instead, for pipelines that do not load the kforge dialect.
+    declarations instead, for pipelines that do not load the kforge dialect. With
+    `host-plan=PATH`, the host plan of the linked entry function is written to PATH: what a
+    runtime executes (`kernel` steps for custom calls, `call` steps for regions left on their
+    reference, `fallback` steps for fallback ops).
 
     Before:
     ```mlir
@@ -185,6 +188,9 @@ def KForgeLinkKernels : Pass<"kforge-link-kernels", "::mlir::ModuleOp"> {
            "Emit func.call of external func.func declarations instead of kforge ops">,
     Option<"target", "target", "std::string", /*default=*/"\"\"",
            "Only link kernels for this target (cuda, xpu, cpu); empty: any">,
+    Option<"hostPlan", "host-plan", "std::string", /*default=*/"\"\"",
+           "Also write the linked module's host plan (JSON) to this path: the program a "
+           "runtime executes, kernel calls as `kernel` steps">,
   ];
   let dependentDialects = ["::mlir::kforge::KForgeDialect",
                            "::mlir::func::FuncDialect"];

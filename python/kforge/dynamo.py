@@ -17,8 +17,10 @@ process too) loads it instead of compiling again.
   too. Keys: those of `kforge.compile` (`target`, `provider`, `precision`, `rounds`,
   `time_budget`, `cache_dir`, `cache_mode`, `provider_options`, `progress`), plus `fallback`
   ("eager" (default): a graph KForge cannot compile runs eagerly, with one warning; "raise":
-  the error propagates) and `max_specializations` (shapes compiled per dynamic graph, 8).
-  `target` defaults to the device of the graph's inputs.
+  the error propagates), `max_specializations` (signatures compiled per dynamic graph, 8) and
+  `check` (True: before a package is used, it runs once on the example inputs against the
+  graph in eager PyTorch, within 10x the policy's tolerance). `target` defaults to the device
+  of the graph's inputs.
 * Weights: dynamo passes a module's parameters and buffers as graph inputs; those inputs are
   KForge weights (`kforge.weight` arguments; `prepare_weights` runs once per distinct weight
   tensor), bound to the live tensors at every call, so the package follows the module.
@@ -96,6 +98,8 @@ class GraphRecord:
     regions: int = 0                # fusion regions, summed over packages
     kernels: int = 0                # regions on a verified kernel, summed over packages
     options: dict = dataclasses.field(default_factory=dict)
+    file: str = ""                  # the user's source file and line the graph starts at
+    line: int = 0
 
 
 records: list[GraphRecord] = []
@@ -116,7 +120,7 @@ def kforge_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     kwargs.pop("mode", None)          # torch.compile(mode=...) means nothing to KForge
     opts = _resolve_options({**(options or {}), **kwargs})
     record = _new_record(gm, opts)
-    if record.ops == 0:
+    if not any(_computes(n) for n in _call_nodes(gm)):
         record.status = "empty"
         return gm.forward
     try:
@@ -147,6 +151,8 @@ def _resolve_options(given: dict) -> dict:
         if opts[key] not in allowed:
             raise UserError(f"kforge backend: option {key}={opts[key]!r}; expected one of "
                             f"{', '.join(repr(a) for a in allowed if a is not None)}")
+    if not isinstance(opts["max_specializations"], int) or opts["max_specializations"] < 1:
+        raise UserError("kforge backend: option max_specializations must be an integer >= 1")
     return opts
 
 
@@ -154,8 +160,29 @@ def _call_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
 
 
-def _where(nodes: list[torch.fx.Node]) -> str:
-    """`forward at model.py:14`: the user's line the graph's first op comes from."""
+# Ops that compute nothing (views, sizes, indexing into tuples): a graph of these alone is
+# "empty" and runs as it is.
+_NO_COMPUTE_METHODS = {"view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute",
+                       "flatten", "unflatten", "squeeze", "unsqueeze", "expand", "expand_as",
+                       "contiguous", "size", "dim", "narrow", "select", "split", "chunk",
+                       "unbind", "detach", "numel", "stride", "__getitem__"}
+_NO_COMPUTE_FUNCTIONS = {operator.getitem, torch.reshape, torch.flatten, torch.t,
+                         torch.transpose, torch.permute, torch.squeeze, torch.unsqueeze,
+                         torch.narrow, torch.select, torch.split, torch.chunk, torch.unbind,
+                         torch.detach}
+
+
+def _computes(node: torch.fx.Node) -> bool:
+    if node.op == "call_method":
+        return node.target not in _NO_COMPUTE_METHODS
+    if node.op == "call_function":
+        return node.target not in _NO_COMPUTE_FUNCTIONS
+    return True
+
+
+def _frame(nodes: list[torch.fx.Node]) -> tuple[str, str, int]:
+    """(`forward at model.py:14`, file, line): the user's line the graph's first op comes
+    from; for a graph of library modules alone (no user frame), the outermost module's class."""
     for node in nodes:
         trace = node.meta.get("stack_trace") or ""
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
@@ -163,22 +190,40 @@ def _where(nodes: list[torch.fx.Node]) -> str:
             path, line, fn = frames[-1]
             resumed = re.fullmatch(r"torch_dynamo_resume_in_(\w+)_at_(\d+)", fn)
             if resumed:       # the code after a graph break
-                return f"{resumed.group(1)} at {Path(path).name}:{line}, after the graph " \
-                       f"break at line {resumed.group(2)}"
-            return f"{fn} at {Path(path).name}:{line}"
-    return ""
+                return (f"{resumed.group(1)} at {Path(path).name}:{line}, after the graph "
+                        f"break at line {resumed.group(2)}", path, int(line))
+            return f"{fn} at {Path(path).name}:{line}", path, int(line)
+    for node in nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        for _path, cls in stack.values():
+            return getattr(cls, "__qualname__", str(cls)), "", 0
+    return "", "", 0
+
+
+def _where(nodes: list[torch.fx.Node]) -> str:
+    return _frame(nodes)[0]
 
 
 def _new_record(gm: torch.fx.GraphModule, opts: dict) -> GraphRecord:
     nodes = _call_nodes(gm)
-    where = _where(nodes)
+    where, file, line = _frame(nodes)
     with _lock:
         index = len(records) + 1
         name = f"graph {index}" + (f" ({where})" if where else "")
         record = GraphRecord(index=index, name=name, ops=len(nodes), status="pending",
+                             file=file, line=line,
                              options={k: v for k, v in opts.items() if k != "provider_options"})
         records.append(record)
     return record
+
+
+def _warn(record: GraphRecord, message: str) -> None:
+    """One KForgeFallbackWarning, shown at the user's line the graph starts at where known."""
+    if record.file:
+        warnings.warn_explicit(message, KForgeFallbackWarning, record.file, record.line,
+                               module=Path(record.file).stem)
+    else:
+        warnings.warn(message, KForgeFallbackWarning, stacklevel=3)
 
 
 def _fallback(gm, record: GraphRecord, opts: dict, reason: str) -> Callable:
@@ -186,8 +231,7 @@ def _fallback(gm, record: GraphRecord, opts: dict, reason: str) -> Callable:
     if opts["fallback"] == "raise":
         raise UserError(f"kforge backend: {record.name}: {reason}")
     record.status, record.reason = "eager", reason
-    warnings.warn(f"kforge: {record.name} runs eagerly (PyTorch), not through KForge: {reason}",
-                  KForgeFallbackWarning, stacklevel=2)
+    _warn(record, f"kforge: {record.name} runs eagerly (PyTorch), not through KForge: {reason}")
     return gm.forward
 
 
@@ -253,8 +297,11 @@ class _GraphPlan:
             else:
                 raise _Unsupported(f"graph input {node.name} is a {type(ex).__name__}, not a "
                                    "tensor or a number")
+        if not self.inputs:      # the frontend needs a user input: weights become inputs
+            self.inputs = sorted(i for i, _ in self.weights)
+            self.weights = []
         if not self.inputs:
-            raise _Unsupported("the graph has no tensor inputs besides weights")
+            raise _Unsupported("the graph has no tensor inputs")
         mutation = _input_mutation(gm, placeholders)
         if mutation:
             raise _Unsupported(f"it writes to an input, a parameter or a buffer in place "
@@ -311,6 +358,13 @@ def _writes_in_place(node: torch.fx.Node) -> list:
                 (name.endswith("_") and not name.startswith("_") and name not in _NOT_WRITES) \
                 or node.kwargs.get("inplace") is True:
             written.append(node.args[0] if node.args else None)
+        elif name == "batch_norm":      # in training mode it updates the running statistics
+            stats = 1 if target is torch.nn.functional.batch_norm else 3
+            running = node.kwargs.get("running_mean",
+                                      node.args[stats] if len(node.args) > stats else None)
+            training = node.kwargs.get("training", node.args[5] if len(node.args) > 5 else False)
+            if running is not None and training is not False:
+                written.append(running)
     elif node.op == "call_module" and getattr(node.graph.owning_module.get_submodule(
             node.target), "inplace", False) is True:
         written.append(node.args[0] if node.args else None)
@@ -341,7 +395,7 @@ def _input_mutation(gm: torch.fx.GraphModule, placeholders: list) -> str:
                     else None for a in leaves] or [None]
             if any(r is None or r in inputs for r in refs):
                 line = _where([node])
-                return f"{node.target}" + (f", {line}" if line else "")
+                return f"{node.target}" + (f" in {line}" if line else "")
     return ""
 
 
@@ -359,8 +413,10 @@ def _weight_name(node: torch.fx.Node, example: torch.Tensor, used: set[str]) -> 
         return None
     parts = _SOURCE_PART.findall(text)
     name = ".".join(parts)
-    if not parts or name in used or any(not p or "." in p for p in parts):
-        name = node.name
+    if not parts or name in used or any(
+            not (p.isidentifier() or p.isdigit()) or hasattr(torch.nn.Module, p) or
+            p == "_kforge_graph" for p in parts):
+        name = node.name            # the placeholder's name: an identifier, unique
     return name
 
 
@@ -454,8 +510,8 @@ class _Runner:
             self.record.status = "eager"
             self.record.reason = f"the compiled package failed at run time: " \
                                  f"{type(exc).__name__}: {_clip(exc, 3)}"
-            warnings.warn(f"kforge: {self.record.name} runs eagerly from now on: "
-                          f"{self.record.reason}", KForgeFallbackWarning, stacklevel=2)
+            _warn(self.record, f"kforge: {self.record.name} runs eagerly from now on: "
+                               f"{self.record.reason}")
             return self.gm.forward(*args)
 
 
@@ -684,7 +740,7 @@ def _cache_key(gm, plan: _GraphPlan, opts: dict, args: list, target: str) -> str
             if isinstance(value, torch.Tensor):
                 data = value.detach().cpu().contiguous()
                 put([node.target, list(data.shape), str(data.dtype),
-                     hashlib.sha256(data.view(torch.uint8).numpy().tobytes()
+                     hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()
                                     if data.numel() else b"").hexdigest()])
     put([["input", i, list(args[i].shape), str(args[i].dtype)] for i in plan.inputs])
     put([["weight", i, n, list(args[i].shape), str(args[i].dtype)] for i, n in plan.weights])
@@ -729,35 +785,34 @@ class _LazyGraph:
     def __init__(self, gm, plan: _GraphPlan, record: GraphRecord, opts: dict):
         self.gm, self.plan, self.record, self.opts = gm, plan, record, opts
         self.runners: dict[tuple, Callable] = {}
-        self.eager = False
+        self.closed = False          # new signatures run eagerly (limit reached, or failure)
         self._lock = threading.Lock()
 
     def __call__(self, *args):
-        if self.eager:
-            return self.gm.forward(*args)
         sig = tuple((tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor)
                     else (type(a).__name__, a) for a in args)
         runner = self.runners.get(sig)
         if runner is None:
+            if self.closed:
+                return self.gm.forward(*args)
             with self._lock:
-                runner = self.runners.get(sig)
-                if runner is None:
-                    runner = self._specialize(sig, list(args))
+                runner = self.runners.get(sig) or self._specialize(sig, list(args))
         return runner(*args)
 
     def _specialize(self, sig: tuple, args: list) -> Callable:
+        if self.closed:
+            return self.gm.forward
         if len(self.runners) >= self.opts["max_specializations"]:
-            self.eager = True
-            self.record.reason = (f"dynamic graph: {len(self.runners)} shapes compiled "
-                                  f"(max_specializations); new shapes run eagerly")
-            warnings.warn(f"kforge: {self.record.name}: {self.record.reason}",
-                          KForgeFallbackWarning, stacklevel=3)
+            self.closed = True
+            self.record.reason = (f"dynamic graph: {len(self.runners)} signatures compiled "
+                                  f"(max_specializations); new ones run eagerly")
+            _warn(self.record, f"kforge: {self.record.name}: {self.record.reason}")
             return self.gm.forward
         runner = _compile_signature(self.gm, self.plan, self.record, self.opts, args)
-        if runner is None and self.record.status == "eager":
-            self.eager = True        # a graph KForge cannot compile: not retried per shape
+        if runner is None and self.record.reason:
+            self.closed = True       # KForge cannot compile this graph: not retried per shape
             return self.gm.forward
-        runner = runner or self.gm.forward
+        runner = runner or self.gm.forward      # an empty package: the graph as it is
         self.runners[sig] = runner
         return runner
 
