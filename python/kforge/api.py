@@ -23,7 +23,8 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
     from kforge.runtime import load_package, use_interpreter
     use_interpreter(target == "cpu")         # before anything imports triton
     from kforge.cache import KernelCache, default_root
-    from kforge.package import RichProgress, compile_model
+    from kforge.build import compile_model
+    from kforge.package import RichProgress
     from kforge.synth import SynthOptions
     if out is None:
         tag = hashlib.sha256(f"{type(model).__module__}.{type(model).__qualname__}|"

@@ -80,7 +80,8 @@ def cmd_compile(args) -> int:
     _prepare_triton(args.target)
     from rich.console import Console
 
-    from kforge.package import RichProgress, compile_model, print_report
+    from kforge.build import compile_model
+    from kforge.package import RichProgress, print_report
     console = Console(stderr=True)
     model = args.model
     if not (Path(model).is_file() or ":" in model):
@@ -139,8 +140,14 @@ def cmd_run(args) -> int:
         from kforge.package import print_report
         print_report(json.loads((package.root / "report.json").read_text()))
     t = time.monotonic()
-    model = load_package(args.package, target=target, tune=not args.no_tune,
+    model = load_package(args.package, target=target, tune=args.tune,
                          use_kernels=not args.reference_only)
+    from kforge.tune import pending_candidates
+    pending = pending_candidates(model.package, target)
+    if pending and not args.reference_only:
+        print(f"note: {len(pending)} kernel(s) of {args.package} are unverified candidates on "
+              f"{target}; their regions run on the reference. Verify them with `kforge tune "
+              f"{args.package}` (or `kforge run --tune`).")
     load_s = time.monotonic() - t
     t = time.monotonic()
     out = model(*inputs)
@@ -167,6 +174,18 @@ def cmd_run(args) -> int:
               f"{rel_err:.3g} ({policy.name}: {policy.tolerance_text()}): "
               f"{'OK' if ok else 'MISMATCH'}")
         return 0 if ok else 1
+    return 0
+
+
+def cmd_link(args) -> int:
+    from kforge.package import link_package, open_package
+    package = open_package(args.package)
+    ok, note = link_package(package.root)
+    if not ok:
+        raise UserError(f"{args.package}: not linked: {note}")
+    linked = open_package(args.package)
+    print(f"{args.package}: linked {len(linked.kernel_hashes())} kernel region(s) of "
+          f"{len(linked.region_hashes())} into model.linked.mlir and linked_plan.json")
     return 0
 
 
@@ -256,8 +275,10 @@ def register(subparsers) -> None:
     p.add_argument("--target", choices=TARGETS, default=None,
                    help="run on another device than the package's target (only kernels "
                         "verified for it are used)")
-    p.add_argument("--no-tune", action="store_true",
-                   help="do not verify candidate kernels first (they stay unused)")
+    p.add_argument("--tune", action="store_true",
+                   help="first verify candidate kernels here, as `kforge tune PKG` does (this "
+                        "writes to the package); without it the package is only read")
+    p.add_argument("--no-tune", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--reference-only", action="store_true",
                    help="run every region by its reference (for comparisons)")
     p.add_argument("--output", default=None, help="save the outputs (torch.save) here")
@@ -280,6 +301,15 @@ def register(subparsers) -> None:
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=cmd_tune)
+
+    p = subparsers.add_parser(
+        "link", help="link a package's verified kernels into its IR again (needs kforge-opt)",
+        description="Run kforge-opt --kforge-link-kernels on the package: model.linked.mlir and "
+                    "its host plan linked_plan.json (what `kforge run` executes) carry every "
+                    "kernel the manifest records as verified for the package's target. `kforge "
+                    "tune` does this itself where kforge-opt is installed.")
+    p.add_argument("package", metavar="PKG")
+    p.set_defaults(func=cmd_link)
 
     p = subparsers.add_parser(
         "xcompile", help="compile a cuda package's kernels for an NVIDIA GPU that is not here",

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from typing import Mapping
 
 from kforge.errors import UserError
-from kforge.spec import CallStep, FallbackOp, GenericOp, HostPlan, OpaqueOp
+from kforge.spec import CallStep, FallbackOp, GenericOp, HostPlan, KernelStep, OpaqueOp
 
 
 def opaque_steps(plan: HostPlan) -> list[OpaqueOp]:
@@ -39,7 +39,7 @@ def plan_coverage(plan: HostPlan, specs: Mapping, verified: set[str]) -> dict:
     flops = Counter()
     fallbacks = Counter()
     for step in plan.steps:
-        if isinstance(step, CallStep):
+        if isinstance(step, (CallStep, KernelStep)):
             spec = specs.get(step.call)
             home = "kernel" if step.call in verified else "reference"
             n = len(getattr(spec, "fused", ()) or ()) or 1
@@ -79,7 +79,7 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
             out = run()
             sync()
             dt = time.perf_counter() - t0
-            if isinstance(step, CallStep):
+            if isinstance(step, (CallStep, KernelStep)):
                 by_home["kernel" if step.call in compiled.kernels else "reference"] += dt
             elif isinstance(step, FallbackOp):
                 by_home["fallback"] += dt

@@ -35,6 +35,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 META = "package.json"
 PLAN = "regions/host_plan.json"
+LINKED_PLAN = "linked_plan.json"     # the host plan of model.linked.mlir: what the runtime runs
 
 
 def sha256_file(path: Path) -> str:
@@ -119,6 +120,17 @@ class Package:
     plan: object                       # kforge.spec.HostPlan
     specs: dict                        # hash -> KernelSpec
     manifest: dict
+    linked: bool = False               # plan is the linked IR's (LINKED_PLAN), not the outlined
+
+    def kernel_hashes(self) -> set[str]:
+        """Regions the plan runs on kernels when a verified one is here: in a linked plan, its
+        kernel steps and the one-op regions of kernel-backed fallbacks (attention), which the
+        IR keeps as fallback calls; in an unlinked plan, every region."""
+        from kforge.spec import KernelStep
+        if not self.linked:
+            return set(self.specs)
+        return {s.kernel for s in self.plan.steps if isinstance(s, KernelStep)} | \
+            {h for h, spec in self.specs.items() if spec.root_kind == "attention"}
 
     @property
     def target(self) -> str:
@@ -167,13 +179,21 @@ def open_package(pkg: str | os.PathLike) -> Package:
     if not plan_path.is_file():
         raise UserError(f"{root}: the package has no host plan ({PLAN}); its compile did not "
                         "finish the regions stage; run `kforge compile` again")
-    plan = load_host_plan(plan_path)
+    linked = (root / LINKED_PLAN).is_file()
+    if linked:
+        # what the linked IR says; attention fallbacks become their one-op regions again
+        from kforge.kernel_fallbacks import promote
+        plan, _ = promote(load_host_plan(root / LINKED_PLAN))
+        plan = type(plan)(plan.function, plan.inputs, plan.values, plan.steps, plan.outputs,
+                          plan.version, str(root / "regions"))
+    else:
+        plan = load_host_plan(plan_path)
     specs = {}
     for step in plan.steps:
         h = getattr(step, "call", None)
         if h and h not in specs:
             specs[h] = load_spec(root / "regions" / f"{h}.json")
-    return Package(root, meta, plan, specs, read_manifest(root))
+    return Package(root, meta, plan, specs, read_manifest(root), linked)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,9 +314,59 @@ def link_package(pkg: Path) -> tuple[bool, str]:
         return False, f"kforge-opt unavailable: {exc}"
     if "--kforge-link-kernels" not in help_text:
         return False, f"{tool} has no --kforge-link-kernels pass yet"
-    run_tool([tool, outlined, f"--kforge-link-kernels=manifest={pkg / MANIFEST}",
+    target = json.loads((pkg / META).read_text()).get("target", "") if (pkg / META).is_file() \
+        else ""
+    run_tool([tool, outlined, f"--kforge-link-kernels=manifest={pkg / MANIFEST} "
+              f"target={target} host-plan={pkg / LINKED_PLAN}",
               "-o", pkg / "model.linked.mlir"], what=str(outlined))
+    write_meta(pkg, linked_ir={"file": "model.linked.mlir", "plan": LINKED_PLAN,
+                               "by": "kforge-opt", "stale": False, "at": _now()})
     return True, ""
+
+
+def relink(pkg: Path) -> str:
+    """After `kforge tune` verified kernels: link again, so that the linked IR and its plan (what
+    the runtime executes) carry them. With kforge-opt here (the compile host) that is
+    `--kforge-link-kernels`; without it (a GPU host has no MLIR) the linked plan is updated
+    in Python — region calls whose kernel is now verified become kernel steps — and the IR file
+    is marked stale until `kforge link PKG` runs where kforge-opt is. Returns what was done."""
+    pkg = Path(pkg)
+    try:
+        ok, note = link_package(pkg)
+    except UserError as exc:
+        ok, note = False, str(exc)
+    if ok:
+        return "re-linked with kforge-opt"
+    plan_path = pkg / LINKED_PLAN
+    if not plan_path.is_file():
+        return f"not re-linked ({note}); the runtime uses the manifest's verified kernels"
+    from kforge.spec import CallStep, KernelStep, load_host_plan, to_json
+    plan = load_host_plan(plan_path)
+    meta = json.loads((pkg / META).read_text())
+    target = meta.get("target", "")
+    kernels = read_manifest(pkg).get("kernels", {})
+    steps, changed = [], 0
+    for step in plan.steps:
+        entry = kernels.get(getattr(step, "call", ""), {})
+        ok_here = (entry.get("verification") or {}).get("status") == "verified" and \
+            entry.get("target") == target
+        if isinstance(step, CallStep) and ok_here:
+            steps.append(KernelStep(step.call, step.operands, step.results,
+                                    entry.get("symbol", ""), target))
+            changed += 1
+        elif isinstance(step, KernelStep) and not ok_here:
+            steps.append(CallStep(step.kernel, step.operands, step.results))
+            changed += 1
+        else:
+            steps.append(step)
+    plan = type(plan)(plan.function, plan.inputs, plan.values, tuple(steps), plan.outputs,
+                      plan.version)
+    to_json(plan, plan_path)
+    write_meta(pkg, linked_ir={"file": "model.linked.mlir", "plan": LINKED_PLAN,
+                               "by": "kforge (Python)", "stale": bool(changed), "at": _now(),
+                               "note": f"kforge-opt unavailable ({note[:200]}); run `kforge "
+                                       "link PKG` where it is to re-link model.linked.mlir"})
+    return f"linked plan updated in Python ({changed} steps); model.linked.mlir is stale"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,98 +549,3 @@ def compile_regions(regions_dir: str | os.PathLike, pkg: str | os.PathLike, opti
     report = synthesize_package(pkg, options, cache=cache, progress=progress,
                                 dynamic_size=dynamic_size, provider=provider)
     return write_report(pkg, report)
-
-
-def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache | None = None,
-                  dynamic_batch: bool = False, example_inputs=None,
-                  progress: ProgressSink | None = None,
-                  on_stage: Callable[[str], None] | None = None) -> dict:
-    """`kforge compile`: import -> regions (kforge.frontend, kforge-opt) -> synth -> link.
-
-    `model`: a KernelBench-format .py file, "pkg.module:Class", or an nn.Module instance (then
-    `example_inputs` is required)."""
-    from kforge.frontend import form_regions, import_model
-    say = on_stage or (lambda s: None)
-    pkg = Path(pkg)
-    pkg.mkdir(parents=True, exist_ok=True)
-    timings = {}
-    t = time.monotonic()
-    say("import")
-    imported = import_model(model, pkg / "model.mlir", dynamic_batch=dynamic_batch,
-                            example_inputs=example_inputs)
-    timings["import"] = round(time.monotonic() - t, 3)
-    t = time.monotonic()
-    say("regions")
-    regions_dir = pkg / "regions"
-    form_regions(imported.mlir_path, regions_dir)
-    from kforge.kernel_fallbacks import promote_regions_dir
-    promote_regions_dir(regions_dir)          # attention: one-op regions that get kernels
-    from kforge.coverage import check_runnable
-    from kforge.spec import load_host_plan
-    check_runnable(load_host_plan(regions_dir / "host_plan.json"), str(model))
-    timings["regions"] = round(time.monotonic() - t, 3)
-    model_path = None
-    if not hasattr(model, "forward"):
-        text = str(model)
-        if text.endswith(".py") or Path(text).is_file():
-            model_path = Path(text)
-    batch = None
-    if dynamic_batch and imported.input_shapes:
-        if example_inputs is not None:
-            batch = int(example_inputs[0].shape[0])
-        elif model_path is not None:
-            batch = _example_batch(model_path)
-    extra = {"inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in
-                        zip(imported.input_names, imported.input_shapes, imported.input_dtypes)],
-             "outputs": [{"shape": list(s), "dtype": d} for s, d in
-                         zip(imported.output_shapes, imported.output_dtypes)],
-             "dynamic_batch": dynamic_batch,
-             "ir": {"model": "model.mlir", "outlined": "regions/outlined.mlir",
-                    "linked": "model.linked.mlir"}}
-    if model_path is None and model is not None and hasattr(model, "forward"):
-        extra["model"] = {"origin": f"{type(model).__module__}.{type(model).__qualname__}"}
-    say("synth")
-    doc = compile_regions(regions_dir, pkg, options, cache=cache,
-                          weights_path=imported.weights_path, model_path=model_path,
-                          progress=progress, dynamic_size=batch, extra_meta=extra)
-    doc["stages"] = {**timings, **doc.get("stages", {})}
-    say("coverage")
-    t = time.monotonic()
-    doc["coverage"] = model_coverage(pkg, options.target, example_inputs=example_inputs,
-                                     model_path=model_path)
-    doc["stages"]["coverage"] = round(time.monotonic() - t, 3)
-    atomic_write_text(pkg / "report.json", json.dumps(doc, indent=2))
-    atomic_write_text(pkg / "report.md", report_markdown(doc))
-    return doc
-
-
-def model_coverage(pkg: Path, target: str, *, example_inputs=None, model_path=None) -> dict:
-    """Ops and FLOPs by home (verified kernel, reference, fallback op, host step), and, where
-    the target's device is here, each home's share of one timed run on the example inputs."""
-    from kforge.coverage import merge_profile, plan_coverage, profile_plan
-    from kforge.verify import target_available
-    package = open_package(pkg)
-    verified = {h for h, e in package.manifest.get("kernels", {}).items()
-                if (e.get("verification") or {}).get("status") == "verified"
-                and e.get("target") == target}
-    cov = plan_coverage(package.plan, package.specs, verified)
-    profile = None
-    if target_available(target):
-        inputs = list(example_inputs) if example_inputs is not None else None
-        if inputs is None and model_path is not None:
-            from kforge.runtime import load_model_file
-            _, inputs = load_model_file(model_path, with_model=False)
-        if inputs is not None:
-            from kforge.runtime import load_package
-            compiled = load_package(pkg, target=target, tune=False)
-            profile = profile_plan(compiled, inputs, repeats=2)   # the first run compiles
-    return merge_profile(cov, profile)
-
-
-def _example_batch(model_path: Path) -> int | None:
-    try:
-        from kforge.runtime import load_model_file
-        _, inputs = load_model_file(model_path, with_model=False)
-        return int(inputs[0].shape[0]) if inputs else None
-    except Exception:  # noqa: BLE001 - only a size hint for verification
-        return None

@@ -29,7 +29,7 @@ import torch
 from kforge.errors import UserError
 from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, AffineMap,
                          AffineSymbol, Body, CallStep, ConstantOp, EmptyOp, GenericOp, HostPlan,
-                         KernelSpec, OpaqueOp, PadOp, FallbackOp, ReshapeOp, affine_text, load_spec)
+                         KernelSpec, KernelStep, OpaqueOp, PadOp, FallbackOp, ReshapeOp, affine_text, load_spec)
 
 TORCH_DTYPES = {
     "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
@@ -595,8 +595,9 @@ def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
                   inputs: Sequence[torch.Tensor], weights: Mapping[str, torch.Tensor],
                   kernels: "Mapping[str, Callable] | None" = None,
                   step_timer: "Callable | None" = None) -> tuple[torch.Tensor, ...]:
-    """Execute a host plan: region calls go to kernels[hash] when given, else to the reference
-    of the region's spec (specs[hash], or `<hash>.json` beside the plan); other steps run here.
+    """Execute a host plan: region calls and (in a linked plan) kernel steps go to kernels[hash]
+    when given, else to the reference of the region's spec (specs[hash], or `<hash>.json`
+    beside the plan); fallback ops run through PyTorch; other steps run here.
 
     `inputs` are the plan inputs that are not weights, in order; `weights` maps weight names
     (the `weight` field of an input) to tensors."""
@@ -637,7 +638,7 @@ def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
 
 
 def _run_step(i, step, plan, specs, kernels, refs, env, tensor_types, types, device) -> None:
-    if isinstance(step, CallStep):
+    if isinstance(step, (CallStep, KernelStep)):
         fn = kernels.get(step.call)
         if fn is None:
             if step.call not in refs:

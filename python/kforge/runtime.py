@@ -1,13 +1,15 @@
-"""Running a compiled package: the host plan, verified kernels through Triton, the rest through
-the reference. Needs only torch and triton (no MLIR, no torch-mlir).
+"""Running a compiled package: the linked IR's host plan (`linked_plan.json`), its kernel steps
+through verified Triton kernels, region calls through their reference, fallback ops through
+PyTorch. Needs only torch and triton (no MLIR, no torch-mlir).
 
     model = load_package("PKG")               # weights from the package
     model = load_package("PKG", module=net)   # weights bound from a live nn.Module
     y = model(x)
 
-A kernel is used only if the manifest records it as verified for the device it runs on. A
-package compiled where its target device was absent holds candidates: `tune_package` (also run
-by the first `kforge run` on the device) verifies them and records the result in the manifest.
+A kernel is used only where the linked plan calls it and the manifest records it as verified
+for the device it runs on. A package compiled where its target device was absent holds
+candidates: `kforge tune` (kforge.tune) verifies them, records the results and links again;
+loading a package never changes it.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from typing import Callable, Sequence
 import torch
 
 from kforge.errors import UserError
-from kforge.package import Package, open_package, read_manifest, write_manifest
+from kforge.modelfile import load_model_file
+from kforge.package import Package, open_package
+from kforge.tune import pending_candidates, tune_package
 
 
 def use_interpreter(enabled: bool) -> None:
@@ -98,8 +102,9 @@ class CompiledModel:
         self.weights = {k: v.to(self.device) for k, v in weights.items()}
         self.kernels: dict[str, PreparedKernel] = {}
         if use_kernels:
+            wanted = package.kernel_hashes()
             for h, entry in usable_kernels(package, target).items():
-                if h not in package.specs:
+                if h not in package.specs or h not in wanted:
                     continue
                 spec = package.specs[h]
                 module = load_kernel_module(package.root / entry["source"], target)
@@ -162,9 +167,11 @@ def package_weights(package: Package) -> dict[str, torch.Tensor]:
 
 
 def load_package(pkg: str | os.PathLike, module: torch.nn.Module | None = None, *,
-                 target: str | None = None, tune: bool = True,
+                 target: str | None = None, tune: bool = False,
                  use_kernels: bool = True) -> CompiledModel:
-    """Load a package; verify its candidate kernels first if this machine has their device."""
+    """Load a package; it runs what its linked plan says. Loading never changes the package:
+    candidate kernels (compiled where the device was absent) stay unused until `kforge tune`
+    verifies them — or pass tune=True to run that step first, explicitly."""
     from kforge.verify import target_available
     package = open_package(pkg)
     target = target or package.target
@@ -181,108 +188,6 @@ def load_package(pkg: str | os.PathLike, module: torch.nn.Module | None = None, 
     else:
         weights = package_weights(package)
     return CompiledModel(package, weights, target, use_kernels=use_kernels)
-
-
-def pending_candidates(package: Package, target: str) -> list[str]:
-    return [h for h, e in package.manifest.get("kernels", {}).items()
-            if e.get("target") == target and
-            (e.get("verification") or {}).get("status") == "candidate"]
-
-
-def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | None = None,
-                 cache=None, progress: Callable[[str], None] | None = None,
-                 repair: int = 2) -> dict:
-    """Verify the package's candidate kernels on this machine's device (and, with rounds > 0,
-    run optimization passes on its verified kernels); record the results in the manifest.
-    A builtin kernel that fails here is replaced by the next one the builtin generates that
-    verifies, within `repair` generate/verify rounds (0: leave it rejected)."""
-    from kforge.providers.base import Candidate
-    from kforge.synth import SynthOptions, synthesize_region
-    from kforge.verify import target_available, verify_candidate
-    package = open_package(pkg)
-    target = package.target
-    if not target_available(target):
-        raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
-                        "device; run `kforge tune` where the device is")
-    manifest = read_manifest(package.root)
-    say = progress or (lambda m: None)
-    sizes = tuple(package.meta.get("dynamic_sizes") or SynthOptions().dynamic_sizes)
-    results = {}
-    for h, entry in list(manifest["kernels"].items()):
-        if entry.get("target") != target or h not in package.specs:
-            continue
-        spec = package.specs[h]
-        source = (package.root / entry["source"]).read_text()
-        # the provider's own id, so that a provider asked again knows this one was tried
-        cand = Candidate(id=entry.get("candidate_id", f"pkg-{h}"),
-                         provider=entry.get("provider", "?"), source=source,
-                         config=entry.get("launch", {}).get("config", {}))
-        status = (entry.get("verification") or {}).get("status")
-        if rounds > 0 and status in ("verified", "candidate"):
-            say(f"tuning region {h}")
-            opts = SynthOptions(target=target, precision=package.precision,
-                                provider=provider or entry.get("provider", "builtin"),
-                                rounds=rounds, dynamic_sizes=sizes)
-            res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
-                                    log_dir=package.root / "regions")
-            if res.candidate is not None and res.status == "verified":
-                from kforge.package import manifest_entry
-                new = manifest_entry(package.root, res, opts)
-                new["requested_provider"] = entry.get("requested_provider", new["provider"])
-                manifest["kernels"][h] = new
-            else:
-                entry["verification"] = res.record.to_json() if res.record else entry.get(
-                    "verification")
-                entry["status"] = "rejected"
-                entry.setdefault("verification", {})["status"] = "rejected"
-        elif status == "candidate":
-            say(f"verifying region {h}")
-            rec = verify_candidate(spec, cand, target, package.precision, measure=True,
-                                   dynamic_sizes=sizes)
-            entry["verification"] = rec.to_json()
-            entry["status"] = rec.status
-            entry["time_ms"] = rec.time_ms
-            if not rec.verified and repair > 0 and entry.get("provider") == "builtin":
-                # the kernel compiled elsewhere failed here: the loop takes this verdict and
-                # generates the next ones in the builtin's order, verify only
-                say(f"region {h}: {rec.reason}; repairing ({repair} rounds)")
-                from kforge.package import manifest_entry
-                opts = SynthOptions(target=target, precision=package.precision,
-                                    provider="builtin", rounds=0, functional_rounds=repair,
-                                    dynamic_sizes=sizes)
-                res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
-                                        incumbent_record=rec, log_dir=package.root / "regions")
-                if res.candidate is not None and res.status == "verified":
-                    new = manifest_entry(package.root, res, opts)
-                    new["requested_provider"] = entry.get("requested_provider", new["provider"])
-                    new["repaired_from"] = {"config": cand.config, "reason": rec.reason,
-                                            "message": rec.message[:500]}
-                    manifest["kernels"][h] = new
-        else:
-            continue
-        results[h] = manifest["kernels"][h]["verification"]["status"]
-        write_manifest(package.root, manifest)
-    return results
-
-
-def load_model_file(path: str | os.PathLike, *, with_model: bool = True, seed: int = 0):
-    """A KernelBench-format file: (Model(*get_init_inputs()) or None, get_inputs()), both under
-    torch.manual_seed(seed), as the frontend does when it imports the file."""
-    path = Path(path)
-    spec = importlib.util.spec_from_file_location(f"kforge_user_model_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise UserError(f"{path}: could not be loaded: {exc}") from exc
-    model = None
-    if with_model:
-        init = getattr(module, "get_init_inputs", lambda: [])()
-        torch.manual_seed(seed)
-        model = module.Model(*init).eval()
-    torch.manual_seed(seed)
-    inputs = list(module.get_inputs())
-    return model, inputs
 
 
 def read_inputs(path: str | os.PathLike) -> list[torch.Tensor]:

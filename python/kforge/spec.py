@@ -233,6 +233,21 @@ class CallStep:
 
 
 @dataclass(frozen=True)
+class KernelStep:
+    """A linked host plan's call of a verified kernel (a `kforge.custom_call` in the linked IR):
+    region `kernel` (its hash) computed by the kernel `symbol` for `target`."""
+    kernel: str
+    operands: tuple[str, ...]
+    results: tuple[str, ...]
+    symbol: str = ""
+    target: str = ""
+
+    @property
+    def call(self) -> str:          # the region it computes, as a CallStep names it
+        return self.kernel
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     hash: str
     name: str
@@ -272,7 +287,7 @@ class HostPlan:
     function: str
     inputs: tuple[Arg, ...]
     values: tuple[Value, ...]
-    steps: tuple[Union[CallStep, OpRecord], ...]
+    steps: tuple[Union[CallStep, KernelStep, OpRecord], ...]
     outputs: tuple[str, ...]
     version: int = SCHEMA_VERSION
     directory: str | None = None          # where the plan was read from (specs live beside it)
@@ -486,7 +501,7 @@ class _Reader:
 
     def check_names(self, defined: set[str], ops, results, where_results):
         for i, op in enumerate(ops):
-            if isinstance(op, CallStep):
+            if isinstance(op, (CallStep, KernelStep)):
                 where = f"steps[{i}]"
             else:
                 where = f"ops[{i}]" if where_results == "results" else f"steps[{i}]"
@@ -597,6 +612,12 @@ def load_host_plan(source: "str | Path | dict") -> HostPlan:
             steps.append(CallStep(r.get(s, "call", f"steps[{i}]", str),
                                   r.names(s, "operands", f"steps[{i}]"),
                                   r.names(s, "results", f"steps[{i}]")))
+        elif isinstance(s, dict) and "kernel" in s:
+            steps.append(KernelStep(r.get(s, "kernel", f"steps[{i}]", str),
+                                    r.names(s, "operands", f"steps[{i}]"),
+                                    r.names(s, "results", f"steps[{i}]"),
+                                    r.get(s, "symbol", f"steps[{i}]", str, ""),
+                                    r.get(s, "target", f"steps[{i}]", str, "")))
         else:
             steps.append(r.op_record(s, f"steps[{i}]"))
     outputs = r.names(doc, "outputs", "")
@@ -644,6 +665,9 @@ def _to_dict(obj) -> Any:
         return {"name": obj.name, "shape": list(obj.shape), "dtype": obj.dtype}
     if isinstance(obj, CallStep):
         return {"call": obj.call, "operands": list(obj.operands), "results": list(obj.results)}
+    if isinstance(obj, KernelStep):
+        return {"kernel": obj.kernel, "symbol": obj.symbol, "target": obj.target,
+                "operands": list(obj.operands), "results": list(obj.results)}
     if isinstance(obj, GenericOp):
         return {"op": "generic", "name": obj.name, "operands": list(obj.operands),
                 "num_inputs": obj.num_inputs, "results": list(obj.results),

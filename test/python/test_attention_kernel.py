@@ -10,10 +10,11 @@ import itertools
 import math
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported (conftest does too)
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+if not torch.cuda.is_available():                 # before triton is imported (conftest does too)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F  # noqa: E402
 
 from kforge.kernels.attention import (attention_configs, attention_source, load_source,  # noqa: E402
@@ -203,7 +204,7 @@ def test_band_boundaries_sweep(window, pack):
     Sq == Skv, Sq < Skv, Sq > Skv and decoding: the split into masked and unmasked key blocks
     must never drop or add a key."""
     mod = _module(head_dim=16, causal=True, window=window, gqa_group=2, pack_gqa=pack)
-    for Sq, Skv in [(33, 33), (16, 48), (17, 49), (15, 47), (40, 17), (1, 35), (32, 32), (5, 64)]:
+    for Sq, Skv in [(33, 33), (16, 48), (17, 49), (15, 47), (40, 17), (1, 35), (32, 32), (5, 64), (3, 17), (18, 48)]:
         q, k, v = _inputs(1, 2, 1, Sq, Skv, 16, seed=Sq * 100 + Skv)
         (out,) = mod.launch(q, k, v)
         ref = reference_attention(q.double(), k.double(), v.double(), causal=True, window=window)
@@ -392,3 +393,82 @@ def test_configs_and_argument_errors():
             attention_source(**bad)
     assert math.isclose(float(attention_source(head_dim=64).split("SCALE = ")[1].split()[0]),
                         0.125)
+
+
+# ------------------------------------------------------------------------------------------------
+# compiled kernels on a CUDA GPU (skipped without one): the same semantics at sizes that fill
+# several tiles, with the launch configurations attention_configs() proposes for the H200
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+GPU_CASES = {  # name: (B, Hq, Hkv, Sq, Skv, D), dtype, dot, options
+    "fp32_ieee_causal_d128": ((2, 4, 4, 300, 300, 128), "fp32", "ieee", dict(causal=True)),
+    "fp32_ieee_fma": ((1, 4, 2, 200, 333, 64), "fp32", "ieee", dict(causal=True, fp32_dot="ieee")),
+    "fp32_ieee_gqa_window_sinks_d80": ((2, 8, 2, 257, 513, 80), "fp32", "ieee",
+                                       dict(causal=True, window=100, sinks=True)),
+    "fp32_tf32_bool_mask": ((2, 4, 2, 190, 300, 64), "fp32", "tf32", dict(mask="bool")),
+    "fp32_bf16_additive": ((2, 4, 2, 190, 300, 64), "fp32", "bf16", dict(mask="additive")),
+    "bf16_causal_d128": ((2, 8, 8, 384, 384, 128), "bf16", "bf16", dict(causal=True)),
+    "bf16_gqa_sq_gt_skv": ((2, 8, 2, 300, 200, 128), "bf16", "bf16", dict(causal=True)),
+    "bf16_swa_sinks_bool_d64": ((2, 8, 1, 333, 333, 64), "bf16", "bf16",
+                                dict(causal=True, window=64, sinks=True, mask="bool")),
+    "bf16_ieee_additive_d96": ((1, 4, 2, 200, 250, 96), "bf16", "ieee",
+                               dict(causal=True, mask="additive")),
+    "fp16_bf16_d32": ((2, 4, 4, 200, 260, 32), "fp16", "bf16", dict(causal=True)),
+    "fp16_tf32_d16": ((2, 4, 4, 200, 260, 16), "fp16", "tf32", {}),
+    "decode_bf16_pack": ((8, 32, 8, 1, 1000, 128), "bf16", "bf16", dict(causal=True, sinks=True)),
+    "decode_fp32_pack": ((4, 8, 2, 1, 777, 64), "fp32", "ieee", dict(causal=True, window=300)),
+    "chunked_prefill_bf16": ((2, 8, 2, 17, 700, 128), "bf16", "bf16", dict(causal=True)),
+}
+
+
+def _gpu_case(name, cfg_index=0, all_configs=False):
+    shape, dtype, dot, opts = GPU_CASES[name]
+    opts = dict(opts)
+    B, Hq, Hkv, Sq, Skv, D = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dt = TORCH_DT[dtype]
+    q = torch.randn(B, Hq, Sq, D, device="cuda", generator=g).to(dt)
+    k = torch.randn(B, Hkv, Skv, D, device="cuda", generator=g).to(dt)
+    v = torch.randn(B, Hkv, Skv, D, device="cuda", generator=g).to(dt)
+    mask = None
+    mkind = opts.pop("mask", None)
+    if mkind:
+        keep = torch.rand(B, 1, Sq, Skv, device="cuda", generator=g) > 0.2
+        keep[:, :, 7] = False
+        mask = keep if mkind == "bool" else torch.where(
+            keep, torch.randn(B, 1, Sq, Skv, device="cuda", generator=g), float("-inf")).to(dt)
+    sinks = torch.randn(Hq, device="cuda", generator=g) if opts.pop("sinks", False) else None
+    fp32_dot = opts.pop("fp32_dot", "tf32x3")
+    cfgs = attention_configs(D, dtype, "cuda", seq_q=Sq, dot_precision=dot, fp32_dot=fp32_dot)
+    tol = 1e-4 if (dtype == "fp32" and dot == "ieee") else 1e-2
+    for cfg in (cfgs if all_configs else cfgs[cfg_index:cfg_index + 1]):
+        src = attention_source(head_dim=D, mask=mkind, sinks=sinks is not None,
+                               gqa_group=Hq // Hkv, dtype=dtype, dot_precision=dot,
+                               fp32_dot=fp32_dot, interpret=False, **opts, **cfg)
+        mod = load_source(src, "kf_test_attention_gpu")
+        args = [q, k, v] + ([mask] if mask is not None else []) + \
+            ([sinks] if sinks is not None else [])
+        (out,) = mod.launch(*args)
+        ref = reference_attention(q.double(), k.double(), v.double(),
+                                  mask=None if mask is None else
+                                  (mask if mask.dtype == torch.bool else mask.double()),
+                                  sinks=None if sinks is None else sinks.double(), **opts)
+        try:
+            _assert_close(out, ref, tol)
+        except AssertionError as exc:
+            raise AssertionError(f"{name} {cfg}: {exc}") from None
+
+
+@cuda
+@pytest.mark.parametrize("name", list(GPU_CASES))
+def test_gpu_kernel(name, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    _gpu_case(name)
+
+
+@cuda
+@pytest.mark.parametrize("name", ["fp32_ieee_causal_d128", "bf16_causal_d128",
+                                  "fp32_tf32_bool_mask", "decode_bf16_pack"])
+def test_gpu_every_config(name, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    _gpu_case(name, all_configs=True)

@@ -69,7 +69,7 @@ def test_import_outlines_fallback_ops(model_file, tmp_path, kforge_opt):
 
 
 def test_compile_and_run_match_eager(model_file, tmp_path, kforge_opt, monkeypatch):
-    from kforge.package import compile_model
+    from kforge.build import compile_model
     from kforge.runtime import eager_outputs, load_package, load_model_file, max_error
     from kforge.synth import SynthOptions
     monkeypatch.setenv("KFORGE_CACHE", str(tmp_path / "cache"))

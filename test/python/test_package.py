@@ -132,16 +132,21 @@ def test_interrupted_compile_resumes_without_redoing_verified_regions(tmp_path):
     assert report["summary"]["resumed"] == 1 and report["summary"]["verified"] == 2
 
 
-def test_candidates_are_verified_on_first_run_and_never_used_before(tmp_path):
+def test_candidates_are_verified_by_tune_and_never_used_before(tmp_path):
     pkg = build(tmp_path)
     manifest = read_manifest(pkg)
     for entry in manifest["kernels"].values():      # as if compiled where the device was absent
         entry["verification"] = {"status": "candidate"}
         entry["status"] = "candidate"
     write_manifest(pkg, manifest)
-    unused = load_package(pkg, tune=False)
+    before = {p.name: p.read_bytes() for p in pkg.rglob("*") if p.is_file()}
+    unused = load_package(pkg)
     assert unused.kernels == {}                    # unverified kernels are never used
-    compiled = load_package(pkg)                   # first run verifies them here
+    after = {p.name: p.read_bytes() for p in pkg.rglob("*") if p.is_file()}
+    assert after == before                         # loading never rewrites the package
+    from kforge.tune import tune_package
+    tune_package(pkg)                              # tuning is its own step
+    compiled = load_package(pkg)
     assert len(compiled.kernels) == 2
     statuses = {e["verification"]["status"] for e in read_manifest(pkg)["kernels"].values()}
     assert statuses == {"verified"}

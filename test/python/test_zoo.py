@@ -17,7 +17,7 @@ MODELS = sorted(p.stem for p in ZOO.glob("*.py") if not p.name.startswith("_"))
 
 @pytest.mark.parametrize("name", MODELS)
 def test_zoo_model_compiles_runs_and_matches_eager(name, tmp_path, kforge_opt, monkeypatch):
-    from kforge.package import compile_model
+    from kforge.build import compile_model
     from kforge.runtime import eager_outputs, load_model_file, load_package, max_error
     from kforge.synth import SynthOptions
     monkeypatch.setenv("KFORGE_ZOO_SIZE", "small")

@@ -440,15 +440,22 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
 
 
 def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
-                      seq_q: int | None = None) -> list[dict]:
+                      seq_q: int | None = None, dot_precision: str | None = None,
+                      fp32_dot: str = "tf32x3") -> list[dict]:
     """Launch configurations worth timing, best guess first, as attention_source keywords.
 
-    target "cuda" (H200, sm_90: wgmma wants BLOCK_M a multiple of 64 with 4 or 8 warps) or "cpu"
-    / "interpreter" (small tiles: the interpreter's cost grows with tile area). seq_q <= 16
-    (decoding) gives small-BLOCK_M configs (with pack_gqa: the group's heads fill the rows).
-    Unmeasured on the H200 so far: benchmarks/attention/bench_attention.py times them."""
+    target "cuda" (H200, sm_90) or "cpu" / "interpreter" (small tiles: the interpreter's cost
+    grows with tile area). dot_precision defaults to "bf16" for 16-bit dtypes and "ieee" for fp32.
+    seq_q <= 16 (decoding) gives small-BLOCK_M configs with pack_gqa (the group's heads fill the
+    rows). The cuda lists were chosen from cross-compiles for sm_90 (kforge.crosscompile, Triton
+    3.9, D=64/128 causal): every entry lowers to wgmma (BLOCK_M 64/128, 4/8 warps; decoding's
+    BLOCK_M=16 uses mma.sync), fits the 227 KB of shared memory and spills nothing or a few dozen
+    bytes; their order is a guess until benchmarks/attention/bench_attention.py has timed them."""
     _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}")
     _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}")
+    if dot_precision is None:
+        dot_precision = "ieee" if dtype == "fp32" else "bf16"
+    _check(dot_precision in DOT_PRECISIONS, f"dot_precision must be one of {DOT_PRECISIONS}")
 
     def c(bm, bn, w, s, **kw):
         return dict(block_m=bm, block_n=bn, num_warps=w, num_stages=s, **kw)
@@ -456,19 +463,35 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     if target in ("cpu", "interpreter", "interpret"):
         return [c(16, 16, 4, 1), c(32, 32, 4, 1)]
     _check(target == "cuda", f"target must be 'cuda' or 'cpu', got {target!r}")
-    dp = 1 << (head_dim - 1).bit_length()
+    big = head_dim > 64                     # BLOCK_D 128
     if seq_q is not None and seq_q <= 16:
+        if dot_precision == "ieee":
+            return [c(16, 64, 4, 3, pack_gqa=True), c(16, 32, 4, 3, pack_gqa=True),
+                    c(64, 32, 4, 3, pack_gqa=True)]
         return [c(16, 128, 4, 3, pack_gqa=True), c(16, 64, 4, 3, pack_gqa=True),
-                c(64, 64, 4, 3, pack_gqa=True), c(16, 128, 4, 3)]
-    if dtype == "fp32":
-        # fp32 tiles take twice the shared memory; tf32x3 needs three dots' registers
-        if dp <= 64:
-            return [c(128, 64, 8, 3), c(64, 64, 4, 3), c(128, 32, 4, 3), c(64, 32, 4, 2)]
-        return [c(64, 64, 4, 2), c(128, 64, 8, 2), c(64, 32, 4, 3), c(128, 32, 8, 2)]
-    if dp <= 64:
-        return [c(128, 128, 8, 3), c(128, 64, 4, 4), c(128, 128, 4, 3), c(64, 64, 4, 4)]
-    return [c(128, 128, 8, 3), c(128, 64, 8, 3), c(128, 64, 4, 3), c(64, 64, 4, 4),
-            c(128, 128, 8, 2)]
+                c(64, 64, 4, 3, pack_gqa=True), c(16, 64, 4, 3)]
+    if dot_precision == "ieee" and fp32_dot == "ieee":
+        # plain fp32 FMA dots (no tensor cores): only small tiles stay out of local memory
+        return [c(64, 16, 8, 2), c(32, 16, 4, 2)]
+    if dot_precision == "ieee":
+        # tf32x3 splits both operands of p@v (and of q@k^T for fp32): three dots' registers
+        if dtype == "fp32":
+            return ([c(128, 16, 8, 2), c(128, 32, 8, 2), c(64, 16, 4, 3), c(64, 32, 4, 3)] if big
+                    else [c(128, 64, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3), c(128, 64, 8, 3)])
+        return ([c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 32, 4, 3), c(128, 64, 8, 3)] if big
+                else [c(128, 64, 8, 3), c(64, 64, 4, 3), c(128, 32, 8, 3), c(128, 64, 8, 2)])
+    if dtype == "fp32":                  # fp32 tiles in shared memory: twice the bytes
+        if dot_precision == "tf32":
+            return ([c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 64, 4, 3), c(64, 32, 4, 3)] if big
+                    else [c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)])
+        return ([c(128, 64, 8, 2), c(128, 64, 8, 3), c(64, 64, 4, 3), c(128, 32, 8, 3)] if big
+                else [c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)])
+    # 16-bit inputs: 16-bit q@k^T (and p@v with "bf16"; "tf32" widens p@v to fp32)
+    if dot_precision == "tf32":
+        return ([c(128, 64, 8, 3), c(128, 64, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)] if big
+                else [c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 3)])
+    return ([c(128, 128, 8, 3), c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 4)] if big
+            else [c(128, 128, 8, 3), c(128, 64, 8, 3), c(128, 64, 4, 3), c(64, 64, 4, 4)])
 
 
 def reference_attention(q, k, v, mask=None, causal: bool = False, window: int | None = None,

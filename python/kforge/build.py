@@ -1,0 +1,111 @@
+"""`kforge compile` from a model: import -> regions -> synth -> link -> report.
+
+The one stage that needs the compile half (the frontend: torch-mlir, MLIR 22.1.8, kforge-opt);
+everything after it (kforge.package, kforge.runtime, kforge.tune) needs only torch and triton.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from kforge.cache import KernelCache, atomic_write_text
+from kforge.package import ProgressSink, compile_regions, open_package, report_markdown
+
+
+def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache | None = None,
+                  dynamic_batch: bool = False, example_inputs=None,
+                  progress: ProgressSink | None = None,
+                  on_stage: Callable[[str], None] | None = None) -> dict:
+    """`kforge compile`: import -> regions (kforge.frontend, kforge-opt) -> synth -> link.
+
+    `model`: a KernelBench-format .py file, "pkg.module:Class", or an nn.Module instance (then
+    `example_inputs` is required)."""
+    from kforge.frontend import form_regions, import_model
+    say = on_stage or (lambda s: None)
+    pkg = Path(pkg)
+    pkg.mkdir(parents=True, exist_ok=True)
+    timings = {}
+    t = time.monotonic()
+    say("import")
+    imported = import_model(model, pkg / "model.mlir", dynamic_batch=dynamic_batch,
+                            example_inputs=example_inputs)
+    timings["import"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
+    say("regions")
+    regions_dir = pkg / "regions"
+    form_regions(imported.mlir_path, regions_dir)
+    from kforge.kernel_fallbacks import promote_regions_dir
+    promote_regions_dir(regions_dir)          # attention: one-op regions that get kernels
+    from kforge.coverage import check_runnable
+    from kforge.spec import load_host_plan
+    check_runnable(load_host_plan(regions_dir / "host_plan.json"), str(model))
+    timings["regions"] = round(time.monotonic() - t, 3)
+    model_path = None
+    if not hasattr(model, "forward"):
+        text = str(model)
+        if text.endswith(".py") or Path(text).is_file():
+            model_path = Path(text)
+    batch = None
+    if dynamic_batch and imported.input_shapes:
+        if example_inputs is not None:
+            batch = int(example_inputs[0].shape[0])
+        elif model_path is not None:
+            batch = _example_batch(model_path)
+    extra = {"inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in
+                        zip(imported.input_names, imported.input_shapes, imported.input_dtypes)],
+             "outputs": [{"shape": list(s), "dtype": d} for s, d in
+                         zip(imported.output_shapes, imported.output_dtypes)],
+             "dynamic_batch": dynamic_batch,
+             "ir": {"model": "model.mlir", "outlined": "regions/outlined.mlir",
+                    "linked": "model.linked.mlir"}}
+    if model_path is None and model is not None and hasattr(model, "forward"):
+        extra["model"] = {"origin": f"{type(model).__module__}.{type(model).__qualname__}"}
+    say("synth")
+    doc = compile_regions(regions_dir, pkg, options, cache=cache,
+                          weights_path=imported.weights_path, model_path=model_path,
+                          progress=progress, dynamic_size=batch, extra_meta=extra)
+    doc["stages"] = {**timings, **doc.get("stages", {})}
+    say("coverage")
+    t = time.monotonic()
+    doc["coverage"] = model_coverage(pkg, options.target, example_inputs=example_inputs,
+                                     model_path=model_path)
+    doc["stages"]["coverage"] = round(time.monotonic() - t, 3)
+    atomic_write_text(pkg / "report.json", json.dumps(doc, indent=2))
+    atomic_write_text(pkg / "report.md", report_markdown(doc))
+    return doc
+
+
+def model_coverage(pkg: Path, target: str, *, example_inputs=None, model_path=None) -> dict:
+    """Ops and FLOPs by home (verified kernel, reference, fallback op, host step), and, where
+    the target's device is here, each home's share of one timed run on the example inputs."""
+    from kforge.coverage import merge_profile, plan_coverage, profile_plan
+    from kforge.verify import target_available
+    package = open_package(pkg)
+    verified = {h for h, e in package.manifest.get("kernels", {}).items()
+                if (e.get("verification") or {}).get("status") == "verified"
+                and e.get("target") == target}
+    cov = plan_coverage(package.plan, package.specs, verified)
+    profile = None
+    if target_available(target):
+        inputs = list(example_inputs) if example_inputs is not None else None
+        if inputs is None and model_path is not None:
+            from kforge.modelfile import load_model_file
+            _, inputs = load_model_file(model_path, with_model=False)
+        if inputs is not None:
+            from kforge.runtime import load_package
+            compiled = load_package(pkg, target=target, tune=False)
+            # on a GPU the first run compiles the kernels; the interpreter compiles nothing
+            profile = profile_plan(compiled, inputs, repeats=1 if target == "cpu" else 2)
+    return merge_profile(cov, profile)
+
+
+def _example_batch(model_path: Path) -> int | None:
+    try:
+        from kforge.modelfile import load_model_file
+        _, inputs = load_model_file(model_path, with_model=False)
+        return int(inputs[0].shape[0]) if inputs else None
+    except Exception:  # noqa: BLE001 - only a size hint for verification
+        return None

@@ -1,0 +1,113 @@
+"""The runtime runs what the linked IR says: `kforge-opt --kforge-link-kernels host-plan=...`
+writes linked_plan.json beside model.linked.mlir; kernel steps there are custom calls in the IR;
+`kforge tune` links again (kforge-opt where it is installed, the plan in Python where not)."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from kforge.package import LINKED_PLAN, link_package, read_manifest, relink, write_manifest
+from kforge.spec import CallStep, KernelStep, load_host_plan
+
+MODEL = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(16, 16)
+            self.fc2 = nn.Linear(16, 8)
+
+        def forward(self, x):
+            h = torch.cumsum(torch.relu(self.fc1(x)), dim=-1)     # a fallback between regions
+            return torch.tanh(self.fc2(h))
+
+    def get_inputs():
+        return [torch.randn(4, 16)]
+
+    def get_init_inputs():
+        return []
+    """)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory, kforge_opt):
+    from kforge.build import compile_model
+    from kforge.synth import SynthOptions
+    root = tmp_path_factory.mktemp("linked")
+    (root / "model.py").write_text(MODEL)
+    pkg = root / "pkg"
+    compile_model(root / "model.py", pkg, SynthOptions(target="cpu", rounds=0))
+    return pkg
+
+
+def kernel_steps(pkg):
+    plan = load_host_plan(pkg / LINKED_PLAN)
+    return ({s.kernel for s in plan.steps if isinstance(s, KernelStep)},
+            {s.call for s in plan.steps if isinstance(s, CallStep)})
+
+
+def test_linked_plan_is_the_linked_ir(package):
+    kernels, calls = kernel_steps(package)
+    ir = (package / "model.linked.mlir").read_text()
+    manifest = read_manifest(package)["kernels"]
+    assert kernels == set(manifest) and not calls          # every region verified and linked
+    for h in kernels:
+        assert f"kforge.custom_call @{manifest[h]['symbol']}(" in ir
+    assert "call @kforge.fallback.aten.cumsum." in ir
+    plan = load_host_plan(package / LINKED_PLAN)
+    assert [s.name for s in plan.steps if getattr(s, "op", "") == "fallback"] == ["aten.cumsum"]
+
+
+def test_runtime_follows_the_linked_plan(package, tmp_path):
+    import shutil
+    from kforge.runtime import load_model_file, load_package
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    model, inputs = load_model_file(pkg / "model.py")
+    want = model(*inputs)
+    # a region the linked IR leaves on its reference is not run by its kernel, even if the
+    # manifest has one: the IR decides
+    plan_path = pkg / LINKED_PLAN
+    doc = json.loads(plan_path.read_text())
+    first = next(s for s in doc["steps"] if "kernel" in s)
+    first["call"] = first.pop("kernel")
+    del first["symbol"], first["target"]
+    plan_path.write_text(json.dumps(doc))
+    compiled = load_package(pkg)
+    assert first["call"] not in compiled.kernels and len(compiled.kernels) >= 1
+    torch.testing.assert_close(compiled(*inputs), want, atol=1e-4, rtol=1e-4)
+
+
+def test_tune_relinks_with_and_without_kforge_opt(package, tmp_path, monkeypatch):
+    import shutil
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    manifest = read_manifest(pkg)
+    h = sorted(manifest["kernels"])[0]
+    saved = dict(manifest["kernels"][h]["verification"])
+    manifest["kernels"][h]["verification"] = {"status": "candidate"}
+    write_manifest(pkg, manifest)
+    assert link_package(pkg)[0]
+    kernels, calls = kernel_steps(pkg)
+    assert h in calls and h not in kernels                  # a candidate is never linked
+    manifest["kernels"][h]["verification"] = saved           # as `kforge tune` records it
+    write_manifest(pkg, manifest)
+    # a GPU host without kforge-opt: the linked plan is updated in Python, the IR marked stale
+    monkeypatch.setenv("KFORGE_OPT", str(tmp_path / "no-kforge-opt"))
+    note = relink(pkg)
+    assert "Python" in note
+    kernels, calls = kernel_steps(pkg)
+    assert h in kernels and h not in calls
+    meta = json.loads((pkg / "package.json").read_text())
+    assert meta["linked_ir"]["stale"] is True
+    # where kforge-opt is: the IR itself is linked again and no longer stale
+    monkeypatch.delenv("KFORGE_OPT")
+    assert "kforge-opt" in relink(pkg)
+    symbol = manifest["kernels"][h]["symbol"]
+    assert f"kforge.custom_call @{symbol}(" in (pkg / "model.linked.mlir").read_text()
+    assert json.loads((pkg / "package.json").read_text())["linked_ir"]["stale"] is False
