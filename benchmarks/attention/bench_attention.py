@@ -230,6 +230,7 @@ def main(argv=None):
 
     print(f"\n{'case':24s} {'best config':26s} {'ms':>9s} {'TFLOP/s':>8s} {'GB/s kv':>8s} "
           f"{'err/tol':>8s} {'sdpa ms':>9s} {'speedup':>8s}")
+    nan = float("nan")
     for c in res["cases"]:
         b = c["best"]
         bl = c.get("baseline", {})
@@ -240,10 +241,10 @@ def main(argv=None):
             cfg += " pack" if x.get("pack_gqa") else ""
             cfg += f" {x['fp32_dot']}" if c["dot_precision"] == "ieee" else ""
         print(f"{c['name']:24s} {cfg:26s} "
-              f"{(b['ms'] if b else float('nan')):9.4f} {(b['tflops'] if b else float('nan')):8.1f} "
-              f"{(b['kv_gbps'] if b else float('nan')):8.0f} "
-              f"{(b.get('err_ratio', float('nan')) if b else float('nan')):8.3f} "
-              f"{bl.get('ms', float('nan')):9.4f} {c.get('speedup', float('nan')):8.2f}")
+              f"{(b['ms'] if b else nan):9.4f} {(b['tflops'] if b else nan):8.1f} "
+              f"{(b['kv_gbps'] if b else nan):8.0f} "
+              f"{(b.get('err_ratio', nan) if b else nan):8.3f} "
+              f"{bl.get('ms', nan):9.4f} {c.get('speedup', nan):8.2f}")
     failed = [f"{c['name']} {r['config']}" for c in res["cases"] for r in c["configs"]
               if r.get("ok") is False or "error" in r]
     if failed:

@@ -21,6 +21,8 @@ def resolve(name: str):
     parts = name.split(".")
     if len(parts) < 2:
         raise UserError(f"fallback op {name!r}: expected a name like aten.cumsum")
+    if parts[0] == "kforge":
+        import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.*
     namespace = getattr(torch.ops, parts[0])
     try:
         packet = getattr(namespace, parts[1])

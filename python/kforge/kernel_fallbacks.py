@@ -27,7 +27,8 @@ from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, HostPlan, Ke
                          load_host_plan, to_json)
 
 ATTENTION = "aten.scaled_dot_product_attention"
-KERNEL_FALLBACKS = {ATTENTION: "attention"}
+SINK_ATTENTION = "kforge.attention"          # kforge.attention_op: attention with sinks
+KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention"}
 
 
 def attention_flops(q_shape, k_shape) -> int:
@@ -107,18 +108,26 @@ def attention_parameters(spec: KernelSpec) -> dict:
     sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
     enable_gqa=False)."""
     op = spec.ops[0]
-    if not isinstance(op, FallbackOp) or op.name != ATTENTION:
+    if not isinstance(op, FallbackOp) or op.name not in (ATTENTION, SINK_ATTENTION):
         raise ValueError(f"{spec.name} is not an attention region")
     from kforge.fallbacks import build_args
     markers = [f"@{i}" for i in range(len(op.operands))]
     args = build_args(op.args, markers, None)
-    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-             "enable_gqa"]
-    defaults = [None, None, None, None, 0.0, False, None, False]
+    if op.name == SINK_ATTENTION:       # attention(q, k, v, mask, sinks, scale)
+        names = ["query", "key", "value", "attn_mask", "sinks", "scale"]
+        defaults = [None, None, None, None, None, None]
+    else:
+        names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                 "enable_gqa"]
+        defaults = [None, None, None, None, 0.0, False, None, False]
     values = dict(zip(names, defaults))
     values.update(zip(names, args))
     tensor_index = {m: i for i, m in enumerate(markers)}
-    for key in ("query", "key", "value", "attn_mask"):
+    values.setdefault("sinks", None)
+    values.setdefault("dropout_p", 0.0)
+    values.setdefault("is_causal", False)
+    values.setdefault("enable_gqa", False)
+    for key in ("query", "key", "value", "attn_mask", "sinks"):
         v = values[key]
         values[key] = tensor_index.get(v) if isinstance(v, str) else None
     return values

@@ -17,8 +17,8 @@ if not torch.cuda.is_available():                 # before triton is imported (c
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F  # noqa: E402
 
-from kforge.kernels.attention import (attention_configs, attention_source, load_source,  # noqa: E402
-                                      reference_attention)
+from kforge.kernels.attention import (attention_configs, attention_source,  # noqa: E402
+                                      load_source, reference_attention)
 from kforge.verify.static import static_check  # noqa: E402
 
 TORCH_DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -33,7 +33,8 @@ def _interpreter(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _poisoned_empty(monkeypatch):
-    """torch.empty_like returns NaN-filled memory (as in KForge's sandbox): unwritten output shows."""
+    """torch.empty_like returns NaN-filled memory (as in KForge's sandbox): unwritten output
+    shows."""
     original = torch.empty_like
 
     def poisoned(*a, **kw):
@@ -60,7 +61,8 @@ def _inputs(B, Hq, Hkv, Sq, Skv, D, dtype="fp32", seed=0):
 
 
 def _assert_close(out, ref, tol):
-    """|out - ref| <= tol * max(1, RMS(ref)) + tol * |ref| (KForge's comparison), NaN where ref is."""
+    """|out - ref| <= tol * max(1, RMS(ref)) + tol * |ref| (KForge's comparison), NaN exactly
+    where ref has NaN."""
     out = out.double()
     assert out.shape == ref.shape
     nan_ref = torch.isnan(ref)
@@ -103,7 +105,7 @@ FEATURES = {
     "plain": ((2, 2, 2, 37, 45, 32), {}),
     "causal_square": ((2, 2, 2, 37, 37, 32), dict(causal=True)),
     "causal_kv_cache": ((1, 2, 2, 13, 50, 32), dict(causal=True)),           # Sq < Skv
-    "causal_sq_gt_skv": ((1, 2, 2, 40, 21, 32), dict(causal=True)),          # first rows see nothing
+    "causal_sq_gt_skv": ((1, 2, 2, 40, 21, 32), dict(causal=True)),   # first rows see nothing
     "window_only": ((1, 2, 2, 33, 47, 32), dict(window=9)),
     "causal_window": ((1, 2, 2, 41, 41, 32), dict(causal=True, window=7)),
     "causal_window_wide": ((1, 2, 2, 19, 60, 32), dict(causal=True, window=35)),
@@ -128,7 +130,9 @@ def test_feature_fp32(name):
     opts = dict(opts)
     B, Hq, Hkv, Sq, Skv, D = shape
     q, k, v = _inputs(B, Hq, Hkv, Sq, Skv, D)
-    sinks = torch.randn(Hq, generator=torch.Generator().manual_seed(5)) if opts.pop("sinks", False) else None
+    sinks = None
+    if opts.pop("sinks", False):
+        sinks = torch.randn(Hq, generator=torch.Generator().manual_seed(5))
     _run(q, k, v, sinks=sinks, **opts)
 
 
@@ -204,7 +208,8 @@ def test_band_boundaries_sweep(window, pack):
     Sq == Skv, Sq < Skv, Sq > Skv and decoding: the split into masked and unmasked key blocks
     must never drop or add a key."""
     mod = _module(head_dim=16, causal=True, window=window, gqa_group=2, pack_gqa=pack)
-    for Sq, Skv in [(33, 33), (16, 48), (17, 49), (15, 47), (40, 17), (1, 35), (32, 32), (5, 64), (3, 17), (18, 48)]:
+    for Sq, Skv in [(33, 33), (16, 48), (17, 49), (15, 47), (40, 17), (1, 35), (32, 32), (5, 64),
+                    (3, 17), (18, 48)]:
         q, k, v = _inputs(1, 2, 1, Sq, Skv, 16, seed=Sq * 100 + Skv)
         (out,) = mod.launch(q, k, v)
         ref = reference_attention(q.double(), k.double(), v.double(), causal=True, window=window)
@@ -234,8 +239,8 @@ def test_combined(case):
     mask = None
     if mkind:
         keep = torch.rand(B, 1, Sq, Skv, generator=g) > 0.25
-        mask = keep if mkind == "bool" else \
-            torch.where(keep, torch.randn(B, 1, Sq, Skv, generator=g), float("-inf")).to(TORCH_DT[dtype])
+        mask = keep if mkind == "bool" else torch.where(
+            keep, torch.randn(B, 1, Sq, Skv, generator=g), float("-inf")).to(TORCH_DT[dtype])
     sinks = torch.randn(Hq, generator=g).to(TORCH_DT[dtype]) if has_sinks else None
     tol = 1e-2 if (dtype != "fp32" or dot == "bf16") else (1e-4 if dot == "ieee" else 1e-3)
     _run(q, k, v, mask=mask, sinks=sinks, causal=causal, window=window, dtype=dtype,
@@ -379,13 +384,19 @@ def test_launch_does_no_torch_compute(monkeypatch):
 def test_configs_and_argument_errors():
     for d in (16, 32, 64, 80, 96, 128):
         for dt in ("fp32", "bf16", "fp16"):
-            for target in ("cuda", "cpu"):
-                cfgs = attention_configs(d, dt, target)
-                assert cfgs
-                for cfg in cfgs:        # every config renders a valid source
-                    assert static_check(attention_source(head_dim=d, dtype=dt, **cfg)) == []
-            assert all(c.get("pack_gqa") is not None or c["block_m"] <= 64
-                       for c in attention_configs(d, dt, "cuda", seq_q=1))
+            for dot, fp32_dot in (("ieee", "tf32x3"), ("ieee", "ieee"), ("tf32", "tf32x3"),
+                                  ("bf16", "tf32x3")):
+                for target, seq_q in (("cuda", None), ("cuda", 1), ("cpu", None)):
+                    cfgs = attention_configs(d, dt, target, seq_q=seq_q, dot_precision=dot,
+                                             fp32_dot=fp32_dot)
+                    assert cfgs
+                    for cfg in cfgs:        # every config renders a valid source
+                        src = attention_source(head_dim=d, dtype=dt, dot_precision=dot,
+                                               fp32_dot=fp32_dot, gqa_group=4, **cfg)
+                        assert static_check(src) == []
+                    if seq_q == 1:
+                        assert all(c["block_m"] <= 64 for c in cfgs)
+                        assert any(c.get("pack_gqa") for c in cfgs)
     for bad in (dict(head_dim=48), dict(head_dim=64, dtype="fp8"), dict(head_dim=64, window=0),
                 dict(head_dim=64, mask="float"), dict(head_dim=64, dot_precision="fp16"),
                 dict(head_dim=64, block_m=24)):

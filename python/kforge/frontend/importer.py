@@ -238,6 +238,8 @@ def _lower_to_linalg(program, origin: str):
     except Exception as exc:     # a decomposition that fails on this graph
         raise UserError(f"{origin}: PyTorch's decompositions (run before torch-mlir) failed: "
                         f"{type(exc).__name__}: {_clip(str(exc).strip().splitlines()[0] if str(exc).strip() else '', 400)}") from None
+    from kforge.frontend.attention_patterns import fuse_sink_attention
+    fuse_sink_attention(program.graph_module)
     _as_strided_to_view(program.graph_module)
     handler = context.attach_diagnostic_handler(collect)
     try:

@@ -27,8 +27,9 @@ torch.nn.functional.scaled_dot_product_attention wherever that one is defined):
   * sinks (gpt-oss): a per-query-head logit s[h] (not scaled, no mask) in the denominator only.
   * rows where every key is masked: masked_rows="zero" (default) writes 0, which is what
     torch >= 2.5 SDPA returns (math backend `_safe_softmax`; checked with torch 2.13) and what
-    transformers >= 4.48 relies on (its masking_utils no longer unmasks such rows; the old
-    `allow_torch_fix` is a no-op in 5.x); masked_rows="nan" writes NaN (0/0, older torch).
+    transformers relies on (checked 5.24: masking_utils no longer unmasks such rows, its
+    `allow_torch_fix` is deprecated and does nothing); masked_rows="nan" writes NaN (0/0, as
+    older torch did).
     With sinks such a row is 0 either way (the sink takes all the weight). An additive mask of
     finite finfo.min values is *not* "masked": like eager torch, such a row averages v.
   * dtypes fp32, bf16, fp16 (baked: `dtype`); out has q's dtype and q's layout; fp32 softmax
@@ -37,8 +38,9 @@ torch.nn.functional.scaled_dot_product_attention wherever that one is defined):
 Precision (`dot_precision`):
   * "ieee": fp32-accurate products. For fp32 operands the dots use
     input_precision=`fp32_dot` — "tf32x3" (default: Triton's 3xTF32 split on tensor cores, ~2^-22
-    relative per product, the GEMM study in benchmarks/gemm/NOTES.md measured it at fp32 accuracy
-    on the H200) or "ieee" (plain fp32 FMA, exact but without tensor cores). P@V is always taken
+    relative per product; on the H200 its worst error was 0.007 of the 1e-4 tolerance,
+    benchmarks/attention/NOTES.md) or "ieee" (plain fp32 FMA, exact but without tensor cores,
+    small tiles only). The interpreter multiplies fp32 exactly either way. P@V is always taken
     into a fresh accumulator and added in fp32 (chaining wgmma accumulation is not
     round-to-nearest). bf16/fp16 q, k: q@k^T runs on 16-bit tensor cores (products are exact in
     fp32), P stays fp32 and V is widened to fp32 for P@V.
@@ -50,10 +52,13 @@ Precision (`dot_precision`):
     the "bf16" policy is still applied first, so the numerics match the GPU's up to accumulation
     order. The interpreter's "tf32" is exact fp32.
 
-Other API: `attention_configs(head_dim, dtype, target, *, seq_q=None)` (block sizes/warps/stages
-worth trying, as attention_source keyword dicts), `reference_attention(...)` (pure torch, any
-float dtype, float64 for tests), `load_source(src)` (import a rendered source; Triton's JIT needs
-a real file). The H200 timing script is benchmarks/attention/bench_attention.py.
+Other API: `attention_configs(head_dim, dtype, target, *, seq_q=None, dot_precision=None,
+fp32_dot="tf32x3")` (block sizes/warps/stages worth trying, as attention_source keyword dicts:
+pass the precision scheme, its register/shared-memory needs differ), `reference_attention(...)`
+(pure torch, any float dtype, float64 for tests), `load_source(src)` (import a rendered source;
+Triton's JIT needs a real file). H200 timing script and results: benchmarks/attention/ (run 1,
+2026-12-01: bf16 causal prefill D=128 387 TFLOP/s = 0.75x torch SDPA's flash kernel; decoding
+with pack_gqa at the memory roofline, 1.0x SDPA; fp32 "ieee" 0.88x SDPA's fp32 kernel).
 
 pack_gqa=True puts the gqa_group query heads that share a kv head into one program's rows
 (rows = (head in group, query)), so each K/V tile is loaded once per group: for decoding
@@ -379,34 +384,34 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     qk_scale = scale * LOG2E if use_exp2 else scale
     sink_scale = LOG2E if use_exp2 else 1.0
 
-    consts = [
-        f"HEAD_DIM = {head_dim}",
-        f"BLOCK_D = {1 << (head_dim - 1).bit_length()}          # head_dim padded to a power of two",
-        f"BLOCK_M = {block_m}",
-        f"BLOCK_N = {block_n}",
-        f"NUM_WARPS = {num_warps}",
-        f"NUM_STAGES = {num_stages}",
-        f"GQA_GROUP = {gqa_group}                # query heads per kv head",
-        f"PACK_GQA = {bool(pack_gqa and gqa_group > 1)}           # a program takes all query heads of a kv head",
-        f"HEAD_GROUP = {gqa_group if pack_gqa else 1}               # query heads per program",
-        f"CAUSAL = {bool(causal)}                 # bottom-right aligned: key j <= query i + Skv - Sq",
-        f"WINDOW = {window or 0}                   # > 0: also key j > i + Skv - Sq - WINDOW",
-        f"SCALE = {scale!r}",
-        f"USE_EXP2 = {use_exp2}",
-        f"QK_SCALE = {qk_scale!r}       # SCALE (* log2 e when USE_EXP2)",
-        f"SINK_SCALE = {sink_scale!r}",
-        f"MASK_KIND = {MASK_KINDS[mask]}                # 0 none, 1 bool (True = keep), 2 additive",
-        f"HAS_SINKS = {bool(sinks)}",
-        f"DTYPE = {DTYPES[dtype]}",
-        f"DOT_PRECISION = {dot_precision!r}",
-        f"QK_PREC = {qk_prec!r}              # tl.dot input_precision for q@k^T ('' = 16-bit operands)",
-        f"PV_PREC = {pv_prec!r}              # tl.dot input_precision for p@v ('' = 16-bit operands)",
-        f"LOWP = {lowp}",
-        f"CAST_Q = {bf16 and f32}",
-        f"CAST_KV = {bf16 and f32}",
-        f"CHAIN_PV = {bf16}                # p@v accumulated in the dot (16-bit policy only)",
-        f"ZERO_EMPTY = {masked_rows == 'zero'}              # rows with no key kept: 0 (else NaN)",
-        f"INTERPRET = {bool(interpret)}               # Triton interpreter: dots widened to fp32",
+    consts = [  # (assignment, comment)
+        (f"HEAD_DIM = {head_dim}", ""),
+        (f"BLOCK_D = {1 << (head_dim - 1).bit_length()}", "head_dim padded to a power of two"),
+        (f"BLOCK_M = {block_m}", ""),
+        (f"BLOCK_N = {block_n}", ""),
+        (f"NUM_WARPS = {num_warps}", ""),
+        (f"NUM_STAGES = {num_stages}", ""),
+        (f"GQA_GROUP = {gqa_group}", "query heads per kv head"),
+        (f"PACK_GQA = {bool(pack_gqa and gqa_group > 1)}", "a program takes a kv head's group"),
+        (f"HEAD_GROUP = {gqa_group if pack_gqa else 1}", "query heads per program"),
+        (f"CAUSAL = {bool(causal)}", "bottom-right: key j <= query i + Skv - Sq"),
+        (f"WINDOW = {window or 0}", "> 0: also key j > i + Skv - Sq - WINDOW"),
+        (f"SCALE = {scale!r}", ""),
+        (f"USE_EXP2 = {use_exp2}", "logits in log2 units (not with additive masks)"),
+        (f"QK_SCALE = {qk_scale!r}", "SCALE (* log2(e) when USE_EXP2)"),
+        (f"SINK_SCALE = {sink_scale!r}", ""),
+        (f"MASK_KIND = {MASK_KINDS[mask]}", "0 none, 1 bool (True = keep), 2 additive"),
+        (f"HAS_SINKS = {bool(sinks)}", ""),
+        (f"DTYPE = {DTYPES[dtype]}", ""),
+        (f"DOT_PRECISION = {dot_precision!r}", ""),
+        (f"QK_PREC = {qk_prec!r}", "q@k^T input_precision ('' = 16-bit operands)"),
+        (f"PV_PREC = {pv_prec!r}", "p@v input_precision ('' = 16-bit operands)"),
+        (f"LOWP = {lowp}", "16-bit operand type of the bf16 policy"),
+        (f"CAST_Q = {bf16 and f32}", ""),
+        (f"CAST_KV = {bf16 and f32}", ""),
+        (f"CHAIN_PV = {bf16}", "p@v accumulated inside the dot (bf16 policy)"),
+        (f"ZERO_EMPTY = {masked_rows == 'zero'}", "rows with no key kept: 0 (else NaN)"),
+        (f"INTERPRET = {bool(interpret)}", "Triton interpreter: dots widened to fp32"),
     ]
     params = ["q", "k", "v"] + (["mask"] if mask else []) + (["sinks"] if sinks else [])
     feats = [f"D={head_dim}", dtype, f"dot={dot_precision}"]
@@ -421,7 +426,9 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     if gqa_group > 1:
         feats.append(f"gqa={gqa_group}")
     header = textwrap.dedent(f'''\
-        """Flash-attention forward ({", ".join(feats)}), generated by kforge.kernels.attention.
+        """Flash-attention forward, generated by kforge.kernels.attention.
+
+        {", ".join(feats)}
 
         launch({", ".join(params)}) -> (out,); q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D].
         """
@@ -436,7 +443,8 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         params=", ".join(params), doc=f"launch({', '.join(params)})",
         mask_code=_MASK_CODE if mask else _NO_MASK_CODE,
         sink_code=_SINK_CODE if sinks else _NO_SINK_CODE)
-    return header + "\n".join(consts) + "\n\n" + _KERNEL + launch
+    lines = [f"{a.ljust(26)}  # {c}" if c else a for a, c in consts]
+    return header + "\n".join(lines) + "\n\n" + _KERNEL + launch
 
 
 def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
@@ -450,7 +458,8 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     rows). The cuda lists were chosen from cross-compiles for sm_90 (kforge.crosscompile, Triton
     3.9, D=64/128 causal): every entry lowers to wgmma (BLOCK_M 64/128, 4/8 warps; decoding's
     BLOCK_M=16 uses mma.sync), fits the 227 KB of shared memory and spills nothing or a few dozen
-    bytes; their order is a guess until benchmarks/attention/bench_attention.py has timed them."""
+    bytes. Order: measured best first where benchmarks/attention/NOTES.md has a measurement
+    (H200, D=128 bf16/fp32 prefill, decoding, D=64 sliding window), else a guess."""
     _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}")
     _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}")
     if dot_precision is None:
@@ -468,21 +477,21 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
         if dot_precision == "ieee":
             return [c(16, 64, 4, 3, pack_gqa=True), c(16, 32, 4, 3, pack_gqa=True),
                     c(64, 32, 4, 3, pack_gqa=True)]
-        return [c(16, 128, 4, 3, pack_gqa=True), c(16, 64, 4, 3, pack_gqa=True),
-                c(64, 64, 4, 3, pack_gqa=True), c(16, 64, 4, 3)]
+        return [c(64, 64, 4, 3, pack_gqa=True), c(16, 128, 4, 3, pack_gqa=True),
+                c(16, 64, 4, 3, pack_gqa=True), c(16, 64, 4, 3)]
     if dot_precision == "ieee" and fp32_dot == "ieee":
         # plain fp32 FMA dots (no tensor cores): only small tiles stay out of local memory
         return [c(64, 16, 8, 2), c(32, 16, 4, 2)]
     if dot_precision == "ieee":
         # tf32x3 splits both operands of p@v (and of q@k^T for fp32): three dots' registers
         if dtype == "fp32":
-            return ([c(128, 16, 8, 2), c(128, 32, 8, 2), c(64, 16, 4, 3), c(64, 32, 4, 3)] if big
+            return ([c(128, 32, 8, 2), c(128, 16, 8, 2), c(64, 32, 4, 3), c(64, 16, 4, 3)] if big
                     else [c(128, 64, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3), c(128, 64, 8, 3)])
         return ([c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 32, 4, 3), c(128, 64, 8, 3)] if big
                 else [c(128, 64, 8, 3), c(64, 64, 4, 3), c(128, 32, 8, 3), c(128, 64, 8, 2)])
     if dtype == "fp32":                  # fp32 tiles in shared memory: twice the bytes
         if dot_precision == "tf32":
-            return ([c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 64, 4, 3), c(64, 32, 4, 3)] if big
+            return ([c(128, 32, 8, 3), c(128, 64, 8, 2), c(64, 32, 4, 3), c(64, 64, 4, 3)] if big
                     else [c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)])
         return ([c(128, 64, 8, 2), c(128, 64, 8, 3), c(64, 64, 4, 3), c(128, 32, 8, 3)] if big
                 else [c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)])
@@ -490,8 +499,8 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     if dot_precision == "tf32":
         return ([c(128, 64, 8, 3), c(128, 64, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)] if big
                 else [c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 3)])
-    return ([c(128, 128, 8, 3), c(128, 64, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 4)] if big
-            else [c(128, 128, 8, 3), c(128, 64, 8, 3), c(128, 64, 4, 3), c(64, 64, 4, 4)])
+    return ([c(128, 64, 8, 3), c(128, 128, 8, 3), c(128, 128, 8, 2), c(64, 64, 4, 4)] if big
+            else [c(128, 64, 8, 3), c(128, 128, 8, 3), c(64, 64, 4, 4), c(128, 64, 4, 3)])
 
 
 def reference_attention(q, k, v, mask=None, causal: bool = False, window: int | None = None,

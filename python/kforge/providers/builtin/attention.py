@@ -15,7 +15,7 @@ Each precision scheme is tried over the target's tile configurations
 """
 from __future__ import annotations
 
-from kforge.kernel_fallbacks import ATTENTION, attention_parameters
+from kforge.kernel_fallbacks import ATTENTION, SINK_ATTENTION, attention_parameters
 from kforge.providers.builtin.emitter import CannotGenerate
 
 _DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
@@ -29,7 +29,7 @@ _SCHEMES = {
 
 def is_attention(spec) -> bool:
     return getattr(spec, "root_kind", "") == "attention" and len(spec.ops) == 1 and \
-        getattr(spec.ops[0], "name", "") == ATTENTION
+        getattr(spec.ops[0], "name", "") in (ATTENTION, SINK_ATTENTION)
 
 
 def _options(spec, target) -> dict:
@@ -37,6 +37,10 @@ def _options(spec, target) -> dict:
     p = attention_parameters(spec)
     if p["query"] != 0 or p["key"] != 1 or p["value"] != 2:
         raise CannotGenerate("attention: q, k, v must be the first three operands")
+    # the kernel's launch takes (q, k, v[, mask][, sinks]): the operands must come in that order
+    order = [i for i in (p["attn_mask"], p["sinks"]) if i is not None]
+    if order != list(range(3, 3 + len(order))) or len(spec.args) != 3 + len(order):
+        raise CannotGenerate("attention: unexpected operand order")
     q, k = spec.args[0], spec.args[1]
     if len(q.shape) != 4 or any(s is None for s in q.shape + k.shape):
         raise CannotGenerate("attention: only static 4-d q/k/v are supported")
@@ -69,19 +73,25 @@ def _options(spec, target) -> dict:
     from kforge.kernels.attention import HEAD_DIMS
     if d not in HEAD_DIMS:
         raise CannotGenerate(f"attention: head dim {d}")
+    sinks = p["sinks"] is not None
+    if sinks and (spec.args[p["sinks"]].shape != (hq,) or spec.args[p["sinks"]].dtype
+                  not in _DTYPES):
+        raise CannotGenerate("attention: sinks must be one float per query head")
     return {"head_dim": d, "causal": bool(p["is_causal"]), "scale": p["scale"], "mask": mask,
             "gqa_group": group, "dtype": dtype, "interpret": target.name == "cpu",
-            "_seq_q": sq}
+            "sinks": sinks, "_seq_q": sq}
 
 
 def attention_space(spec, target, precision: str) -> list[dict]:
     from kforge.kernels.attention import attention_configs
     opts = _options(spec, target)
     where = "cpu" if target.name == "cpu" else "cuda"
-    tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"])
     schemes = _SCHEMES.get(precision, _SCHEMES["strict"])
     space = []
     for scheme in schemes:
+        tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],
+                                  dot_precision=scheme["dot_precision"],
+                                  fp32_dot=scheme.get("fp32_dot", "tf32x3"))
         for tile in tiles:
             space.append({**tile, **scheme})
     return space

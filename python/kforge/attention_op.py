@@ -1,0 +1,45 @@
+"""`torch.ops.kforge.attention`: attention with optional sinks, as one op.
+
+    attention(q [B, H, Sq, D], k [B, H, Skv, D], v [B, H, Skv, D], mask (additive, broadcastable
+              to [B, H, Sq, Skv]) or None, sinks [H] or None, scale) -> [B, H, Sq, D]
+
+    out = softmax([scale * q @ k^T + mask, sink_h]) without its sink column, @ v
+
+It is what the frontend puts in place of an attention written out in PyTorch ops — gpt-oss's
+eager attention (`cat` of the sink logits, `softmax`, slice, `matmul`), which SDPA cannot express
+— so that it becomes a fallback op with a kernel (kforge.kernel_fallbacks) instead of three
+regions around a softmax over a concatenation. Its implementation here is those same PyTorch
+ops: the region's reference, and what runs when no kernel is verified. Needs only torch.
+"""
+from __future__ import annotations
+
+import torch
+
+_LIB = torch.library.Library("kforge", "FRAGMENT")
+_LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks, float scale) "
+            "-> Tensor")
+
+
+def attention_reference(q, k, v, mask, sinks, scale: float):
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    if sinks is None:
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+    b, h, sq, _ = scores.shape
+    sink = sinks.to(scores.dtype).reshape(1, h, 1, 1).expand(b, h, sq, 1)
+    logits = torch.cat([scores, sink], dim=-1)
+    logits = logits - logits.amax(dim=-1, keepdim=True)
+    probs = torch.softmax(logits, dim=-1)[..., :-1]
+    return torch.matmul(probs, v)
+
+
+_LIB.impl("attention", attention_reference, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("kforge::attention", lib=_LIB)
+def _attention_fake(q, k, v, mask, sinks, scale):
+    return q.new_empty(q.shape[:-1] + (v.shape[-1],))
+
+
+__all__ = ["attention_reference"]
