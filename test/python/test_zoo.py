@@ -29,6 +29,10 @@ def test_zoo_model_compiles_runs_and_matches_eager(name, tmp_path, kforge_opt, m
     assert cov["ops"].get("kernel", 0) > 0
     assert cov["kernel_flop_fraction"] is not None and cov["kernel_flop_fraction"] > 0.5, cov
     assert "## Where the model runs" in (pkg / "report.md").read_text()
+    # attention (SDPA, or gpt-oss's eager attention with sinks) gets the fused kernel
+    attention = [r for r in doc["regions"] if r.get("root_kind") == "attention"]
+    assert attention or name in ("resnet", "convnext")
+    assert all(r["status"] == "verified" for r in attention), attention
     compiled = load_package(pkg)
     _, inputs = load_model_file(path, with_model=False, seed=7)     # not the compile's inputs
     got = compiled(*inputs)
