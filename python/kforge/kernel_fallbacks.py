@@ -133,5 +133,36 @@ def attention_parameters(spec: KernelSpec) -> dict:
     return values
 
 
+def is_kernel_fallback(spec) -> bool:
+    return len(spec.ops) == 1 and isinstance(spec.ops[0], FallbackOp) and \
+        spec.ops[0].name in KERNEL_FALLBACKS
+
+
+def compare_with_pytorch(entry: dict, spec, target: str) -> dict:
+    """A kernel-backed fallback keeps its kernel only where the kernel beats the op it replaces:
+    the region's reference *is* PyTorch's op, so it is timed on the same device and inputs
+    drawn the verifier's way (triton.testing.do_bench, as candidates are timed), and the
+    entry records `pytorch_ms` and `faster_than_pytorch`; the runtime runs the reference when
+    the kernel is not faster. Nothing is timed on the cpu target (the interpreter)."""
+    if target == "cpu" or not is_kernel_fallback(spec) or not entry.get("time_ms") or \
+            (entry.get("verification") or {}).get("status") != "verified":
+        return entry
+    import torch
+    import triton.testing
+
+    from kforge.reference import reference_fn
+    from kforge.verify.inputs import make_inputs, signature_of
+    if not torch.cuda.is_available():
+        return entry
+    args = [t.cuda() for t in make_inputs(signature_of(spec), 1, 8)]
+    fn = reference_fn(spec)
+    with torch.no_grad():
+        ms = float(triton.testing.do_bench(lambda: fn(*args)))
+    entry["pytorch_ms"] = ms
+    entry["faster_than_pytorch"] = bool(entry["time_ms"] < ms)
+    return entry
+
+
 __all__ = ["ATTENTION", "KERNEL_FALLBACKS", "promote", "promote_regions_dir",
-           "attention_parameters", "attention_flops"]
+           "attention_parameters", "attention_flops", "compare_with_pytorch",
+           "is_kernel_fallback"]

@@ -280,7 +280,9 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
             region_mlir=region_mlir, work_dir=None, progress=lambda msg, h=h: sink.note(h, msg),
             on_verified=lambda partial, h=h: _record_entry(pkg, manifest, h, partial, options))
         if result.candidate is not None and result.status in ("verified", "candidate"):
-            manifest["kernels"][h] = manifest_entry(pkg, result, options)
+            from kforge.kernel_fallbacks import compare_with_pytorch
+            manifest["kernels"][h] = compare_with_pytorch(manifest_entry(pkg, result, options),
+                                                          spec, options.target)
         else:
             manifest["kernels"].pop(h, None)
         write_manifest(pkg, manifest)            # persisted per region, as soon as known

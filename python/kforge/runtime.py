@@ -85,6 +85,8 @@ def usable_kernels(package: Package, target: str) -> dict[str, dict]:
     out = {}
     for h, entry in package.manifest.get("kernels", {}).items():
         ver = entry.get("verification") or {}
+        if entry.get("faster_than_pytorch") is False:
+            continue          # a kernel-backed fallback slower than PyTorch's own op
         if entry.get("target") == target and ver.get("status") == "verified" and \
                 ver.get("precision", entry.get("precision")) == package.precision:
             out[h] = entry

@@ -89,6 +89,8 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                     manifest["kernels"][h] = new
         else:
             continue
+        from kforge.kernel_fallbacks import compare_with_pytorch
+        compare_with_pytorch(manifest["kernels"][h], spec, target)
         results[h] = manifest["kernels"][h]["verification"]["status"]
         write_manifest(package.root, manifest)
     if results:
