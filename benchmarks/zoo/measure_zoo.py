@@ -10,7 +10,9 @@ not travel.
     KFORGE_ZOO_SIZE=real python benchmarks/zoo/measure_zoo.py --packages .carry/zoo/strict \
         --out $OUT/zoo.json [llama bert ...]
 
-Per model: median milliseconds of each route (CUDA events, warm-up first), the KForge error
+Per model: median milliseconds of each route (CUDA events, warm-up first) — eager, torch.compile,
+KForge, KForge with every region on its reference (compiled: the runtime's fallback path) and
+with the references interpreted op by op (KFORGE_COMPILE_REFERENCES=0) — the KForge error
 against eager at the policy's tolerance, and one profiled KForge run (a timer around every
 host-plan step) giving the share of time in verified kernels, region references, fallback ops
 and host steps, and the time of each fallback op.
@@ -67,10 +69,20 @@ def measure(name: str, pkg: Path, policy: str) -> dict:
         row["torch_compile"] = cuda_time_ms(lambda: compiled_tc(*inputs))
     fast = load_package(pkg, module=model, target="cuda", tune=False)
     slow = load_package(pkg, module=model, target="cuda", tune=False, use_kernels=False)
+    os.environ["KFORGE_COMPILE_REFERENCES"] = "0"       # the references interpreted op by op
+    plain = load_package(pkg, module=model, target="cuda", tune=False, use_kernels=False)
+    os.environ.pop("KFORGE_COMPILE_REFERENCES")
     with torch.no_grad():
+        t0 = time.monotonic()
         out = fast(*inputs)
+        row["kforge_first_call_s"] = round(time.monotonic() - t0, 1)
         row["kforge"] = cuda_time_ms(lambda: fast(*inputs))
+        t0 = time.monotonic()
+        slow(*inputs)
+        row["reference_first_call_s"] = round(time.monotonic() - t0, 1)
         row["kforge_reference_only"] = cuda_time_ms(lambda: slow(*inputs))
+        row["kforge_reference_interpreted"] = cuda_time_ms(lambda: plain(*inputs), warmup=1,
+                                                           reps=3)
     pol = get_policy(policy)
     scale = max(1.0, float(ref.double().pow(2).mean().sqrt()))
     err = (out.double() - ref.double()).abs()

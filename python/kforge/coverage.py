@@ -91,7 +91,8 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
         args = [t.to(device) for t in inputs]
         with torch.no_grad():
             run_host_plan(compiled.package.plan, compiled.package.specs, args, compiled.weights,
-                          kernels=compiled.kernels, step_timer=timer)
+                          kernels=compiled.kernels, step_timer=timer,
+                          references=getattr(compiled, "references", None))
         times = {"by_home_s": dict(by_home), "by_fallback_s": dict(by_fallback)}
     total = sum(times["by_home_s"].values())
     times["total_s"] = total

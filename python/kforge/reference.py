@@ -594,7 +594,8 @@ def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
 def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
                   inputs: Sequence[torch.Tensor], weights: Mapping[str, torch.Tensor],
                   kernels: "Mapping[str, Callable] | None" = None,
-                  step_timer: "Callable | None" = None) -> tuple[torch.Tensor, ...]:
+                  step_timer: "Callable | None" = None,
+                  references: "dict[str, Callable] | None" = None) -> tuple[torch.Tensor, ...]:
     """Execute a host plan: region calls and (in a linked plan) kernel steps go to kernels[hash]
     when given, else to the reference of the region's spec (specs[hash], or `<hash>.json`
     beside the plan); fallback ops run through PyTorch; other steps run here.
@@ -627,7 +628,9 @@ def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
     device = next(iter(env.values())).device if env else torch.device("cpu")
     tensor_types = {t.name: (t.shape, t.dtype) for t in plan.inputs + plan.values}
     types = _Types(None)
-    refs: dict[str, Callable] = {}
+    # region references made here are kept in `references` when given (a runtime passes its
+    # own dict, so they are built once, and may hold compiled ones)
+    refs: dict[str, Callable] = references if references is not None else {}
     for i, step in enumerate(plan.steps):
         if step_timer is not None:
             step_timer(step, lambda: _run_step(i, step, plan, specs, kernels, refs, env,

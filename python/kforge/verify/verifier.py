@@ -255,7 +255,9 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
             return _Comparison(False, f"{label} has dtype {str(out.dtype)[6:]}, expected "
                                f"{str(want_dtype)[6:]} ({rsig.dtype})")
         if not out.is_floating_point():
-            bad = out.to(torch.int64) != ref.to(torch.int64)
+            # a region without tensor arguments (a mask built from indices) has its
+            # reference on the CPU
+            bad = out.to(torch.int64) != ref.to(device=out.device, dtype=torch.int64)
             if bad.any():
                 first = int(bad.flatten().nonzero()[0])
                 return _Comparison(False, f"{label}: {int(bad.sum())} of {bad.numel()} elements "
