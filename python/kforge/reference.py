@@ -654,7 +654,9 @@ def _run_step(i, step, plan, specs, kernels, refs, env, tensor_types, types, dev
             fn = refs[step.call]
         outs = fn(*(env[o] for o in step.operands))
         for r, t in zip(step.results, outs):
-            env[r] = t
+            # a region without tensor arguments (a mask built from indices) computes on the
+            # CPU; its results belong on the plan's device
+            env[r] = t if t.device == device else t.to(device)
     else:
         _exec_op(step, env, tensor_types.__getitem__, types, set(step.results), device)
 

@@ -165,6 +165,14 @@ class _CompiledReference:
 
     def __call__(self, *args):
         if self.compiled is None:
+            import torch._dynamo
+            # every region's reference is the same Python function over another spec: dynamo
+            # counts them as recompilations of one frame
+            for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                         "accumulated_cache_size_limit"):
+                if hasattr(torch._dynamo.config, knob):
+                    setattr(torch._dynamo.config, knob,
+                            max(getattr(torch._dynamo.config, knob), 4096))
             try:
                 compiled = torch.compile(self.fn, dynamic=False, fullgraph=True)
                 out = compiled(*args)
