@@ -110,6 +110,7 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
         rep.compile_s = round(time.perf_counter() - t0, 2)
         return None
 
+    _undo_interpreter_patches()
     with tempfile.TemporaryDirectory(prefix="kforge-xcompile-") as tmp:
         path = Path(tmp) / f"{name}.py"          # @triton.jit needs a real file for its source
         path.write_text(source)
@@ -144,6 +145,21 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
     if not reports:
         reports.append(KernelReport(name, False, "launch() launched no Triton kernel"))
     return reports
+
+
+def _undo_interpreter_patches() -> None:
+    """Triton's interpreter (3.9) patches the builtins of `triton.language.core` while it runs a
+    kernel and, after some kernels (seen with the flash-attention kernel in one test process),
+    leaves all of them patched; a real compile in the same process then fails inside
+    `tl.program_id`. The originals are still what `triton.language` itself exports, so the
+    leaked ones are put back from there."""
+    import triton.language as tl
+    for name, member in list(vars(tl.core).items()):
+        if "_patch_attr" not in getattr(member, "__qualname__", ""):
+            continue
+        original = getattr(tl, name, None)
+        if original is not None and "_patch_attr" not in getattr(original, "__qualname__", ""):
+            setattr(tl.core, name, original)
 
 
 def compile_candidate(source: str, spec, arch: int = 90, dynamic_size: int = 8,

@@ -87,9 +87,11 @@ def run_fallback(name: str, template, operands: Sequence[torch.Tensor],
         raise UserError(f"fallback op {name} failed on operands ({shapes}): "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") \
             from None
-    if isinstance(out, torch.Tensor):
-        return (out,)
-    return tuple(out)
+    # the IR's tensors have no strides: a view PyTorch returns (a transpose, an index) is made
+    # contiguous, as kernels downstream expect dense row-major operands
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+    return tuple(t if not isinstance(t, torch.Tensor) or t.is_contiguous() else t.contiguous()
+                 for t in outs)
 
 
 __all__ = ["resolve", "build_args", "run_fallback"]
