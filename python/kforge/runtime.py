@@ -65,6 +65,11 @@ class PreparedKernel:
 
     def __call__(self, *args):
         self.calls += 1
+        # the IR's tensors carry no strides; a kernel reads dense row-major operands, and a
+        # reference or fallback may have returned a view (a transpose) of another layout
+        # (weights are made contiguous once, when they are bound)
+        args = tuple(a.contiguous() if isinstance(a, torch.Tensor) and not a.is_contiguous()
+                     and i not in self.weight_indices else a for i, a in enumerate(args))
         if self.prepare is not None and self.weight_indices:
             key = tuple((i, args[i].data_ptr(), tuple(args[i].shape))
                         for i in self.weight_indices)
@@ -101,7 +106,7 @@ class CompiledModel:
         self.package = package
         self.target = target
         self.device = torch.device(default_device(target))
-        self.weights = {k: v.to(self.device) for k, v in weights.items()}
+        self.weights = {k: v.to(self.device).contiguous() for k, v in weights.items()}
         self.kernels: dict[str, PreparedKernel] = {}
         if use_kernels:
             wanted = package.kernel_hashes()
@@ -203,7 +208,7 @@ def module_weights(module: torch.nn.Module, package: Package, device) -> dict:
                     len(shape) != t.dim():
                 raise UserError(f"weight {a.weight}: the module has shape {list(t.shape)}, the "
                                 f"package expects {list(shape)}")
-            out[a.weight] = t.to(device)
+            out[a.weight] = t.to(device).contiguous()
     return out
 
 
