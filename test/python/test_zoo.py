@@ -41,3 +41,29 @@ def test_zoo_model_compiles_runs_and_matches_eager(name, tmp_path, kforge_opt, m
     scale = max(1.0, float(want.double().pow(2).mean().sqrt()))   # the policy's RMS-scaled atol
     assert torch.allclose(got.double(), want.double(), atol=1e-4 * scale, rtol=1e-4), \
         (name, abs_err)
+
+
+def test_zoo_llama_through_torch_compile_backend(tmp_path, kforge_opt, monkeypatch):
+    """torch.compile(model, backend="kforge") on a real Hugging Face model: dynamo's graph goes
+    through KForge (every region on a verified kernel) and the result matches eager."""
+    import importlib.util
+
+    import kforge.dynamo as kd
+    monkeypatch.setenv("KFORGE_ZOO_SIZE", "small")
+    spec = importlib.util.spec_from_file_location("kforge_zoo_llama", ZOO / "llama.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = module.Model().eval()
+    inputs = module.get_inputs()
+    torch._dynamo.reset()
+    kd.reset_records()
+    fast = torch.compile(model, backend="kforge",
+                         options={"target": "cpu", "rounds": 0, "cache_dir": str(tmp_path)})
+    with torch.no_grad():
+        want = model(*inputs)
+        got = fast(*inputs)
+    assert [r.status for r in kd.records] == ["kforge"], kd.records
+    assert kd.records[0].kernels == kd.records[0].regions > 0
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch._dynamo.reset()
