@@ -124,7 +124,24 @@ def run_regions(args: argparse.Namespace) -> int:
     console.print(table)
     for spec in specs:      # below the table: these lists are long
         console.print(f"{spec.get('hash', '?')}: {' + '.join(spec.get('fused', []))}")
+    _print_fallbacks(console, out_dir)
     return 0
+
+
+def _print_fallbacks(console, out_dir: Path) -> None:
+    """The ops outside every region that PyTorch runs (docs/fallback-ops.md), by aten name."""
+    from collections import Counter
+
+    from kforge.spec import FallbackOp, load_host_plan
+    plan_path = Path(out_dir) / "host_plan.json"
+    if not plan_path.is_file():
+        return
+    names = Counter(s.name for s in load_host_plan(plan_path).steps
+                    if isinstance(s, FallbackOp))
+    if names:
+        listed = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in names.most_common())
+        console.print(f"[bold]{_n(sum(names.values()), 'fallback op')}[/bold] (run by PyTorch; "
+                      f"attention gets a kernel at compile time): {listed}")
 
 
 def _shape(shape) -> str:
