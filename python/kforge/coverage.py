@@ -134,8 +134,12 @@ def coverage_markdown(cov: dict) -> list[str]:
                          f"{'—' if s is None else f'{100 * s:.1f} %'} |")
     frac_f, frac_o = cov.get("kernel_flop_fraction"), cov.get("kernel_op_fraction")
     lines.append("")
+    n_fb = ops.get("fallback", 0)
     lines.append(f"In verified kernels: {'—' if frac_f is None else f'{100 * frac_f:.1f} %'} of "
-                 f"the FLOPs, {'—' if frac_o is None else f'{100 * frac_o:.1f} %'} of the ops."
+                 f"the regions' FLOPs, {'—' if frac_o is None else f'{100 * frac_o:.1f} %'} of "
+                 "the ops" + (f" (the FLOPs of the {n_fb} fallback ops are not counted: a "
+                              "fallback op that multiplies matrices, such as a library's "
+                              "grouped GEMM, is outside these figures)" if n_fb else "") + "."
                  + ("" if cov.get("time_measured") else
                     " Time shares not measured (the target device is not on this machine)."))
     if cov.get("fallback_ops"):
