@@ -27,8 +27,22 @@ def resolve(name: str):
     try:
         packet = getattr(namespace, parts[1])
     except (AttributeError, RuntimeError):
+        packet = None
+    if packet is None and parts[0] not in ("aten", "prims", "kforge"):
+        # a library's own op (transformers::grouped_mm_fallback) exists once the library that
+        # registers it is imported
+        import importlib
+        try:
+            importlib.import_module(parts[0])
+            packet = getattr(namespace, parts[1])
+        except (ImportError, AttributeError, RuntimeError):
+            packet = None
+    if packet is None:
         raise UserError(f"fallback op {name}: this PyTorch ({torch.__version__}) has no "
-                        f"operator {parts[0]}::{parts[1]}") from None
+                        f"operator {parts[0]}::{parts[1]}"
+                        + ("" if parts[0] in ("aten", "prims") else
+                           f"; it is registered by the Python package that defines it "
+                           f"({parts[0]}?): install and import it before running the package"))
     overload = ".".join(parts[2:]) or "default"
     op = getattr(packet, overload, None)
     if op is None:
