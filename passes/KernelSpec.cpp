@@ -162,6 +162,24 @@ public:
     return success();
   }
 
+  /// Names every result of `op`; fails, with the reason in `why`, if a type cannot be
+  /// described (then none is named).
+  LogicalResult defineResults(Operation *op, json::Array &out, std::string &why) {
+    for (Value result : op->getResults()) {
+      json::Object probe;
+      if (failed(typeFields(result.getType(), probe))) {
+        why = "a result of '" + op->getName().getStringRef().str() + "' has type " +
+              printToString(result.getType()) + ", which the spec cannot describe";
+        return failure();
+      }
+    }
+    for (Value result : op->getResults()) {
+      (void)define(result);
+      out.push_back(*nameOf(result));
+    }
+    return success();
+  }
+
   std::optional<std::string> nameOf(Value value) const {
     auto it = names.find(value);
     if (it == names.end())
@@ -291,21 +309,6 @@ private:
     return success();
   }
 
-  LogicalResult defineResults(Operation *op, json::Array &out, std::string &why) {
-    for (Value result : op->getResults()) {
-      json::Object probe;
-      if (failed(typeFields(result.getType(), probe))) {
-        why = "a result of '" + op->getName().getStringRef().str() + "' has type " +
-              printToString(result.getType()) + ", which the spec cannot describe";
-        return failure();
-      }
-    }
-    for (Value result : op->getResults()) {
-      (void)define(result);
-      out.push_back(*nameOf(result));
-    }
-    return success();
-  }
 
   FailureOr<json::Object> genericRecord(linalg::LinalgOp op, std::string &why) {
     if (!op.hasPureTensorSemantics()) {
@@ -656,6 +659,13 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
   json::Array steps, outputs;
   constexpr unsigned kMaxOpaqueWarnings = 5;
   unsigned opaqueSteps = 0;
+  // Names a call's operands; the constant records they need become steps before it.
+  auto nameOperands = [&](Operation *call, json::Array &operands, std::string &why) {
+    bool named = succeeded(writer.operandNames(call, call->getOperands(), operands, why));
+    for (json::Value &constant : writer.takePending())
+      steps.push_back(std::move(constant));
+    return success(named);
+  };
   for (Operation &op : func.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       json::Array names;
@@ -680,18 +690,11 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
       if (kernel) {
         json::Array operands, results;
         std::string why;
-        if (failed(writer.operandNames(custom, custom.getOperands(), operands, why)))
+        if (failed(nameOperands(custom, operands, why)) ||
+            failed(writer.defineResults(custom, results, why)))
           return custom.emitError("kforge-export-regions: a kernel call cannot be described "
                                   "in the host plan: ")
                  << why;
-        for (json::Value &constant : writer.takePending())
-          steps.push_back(std::move(constant));
-        for (Value result : custom.getResults()) {
-          if (failed(writer.define(result)))
-            return custom.emitError("kforge-export-regions: a kernel result of type ")
-                   << result.getType() << " cannot be described in the host plan";
-          results.push_back(*writer.nameOf(result));
-        }
         steps.push_back(json::Object{{"kernel", kernel.getRegionHash()},
                                      {"symbol", kernel.getSymName()},
                                      {"target", kernel.getTarget()},
@@ -708,16 +711,11 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
       if (hash) {
         json::Array operands, results;
         std::string why;
-        bool named = succeeded(writer.operandNames(call, call.getOperands(), operands, why));
-        for (json::Value &constant : writer.takePending())
-          steps.push_back(std::move(constant));
-        if (named) {
-          for (Value result : call.getResults()) {
-            if (failed(writer.define(result)))
-              return call.emitError("kforge-export-regions: a region result of type ")
-                     << result.getType() << " cannot be described in the host plan";
-            results.push_back(*writer.nameOf(result));
-          }
+        if (succeeded(nameOperands(call, operands, why))) {
+          if (failed(writer.defineResults(call, results, why)))
+            return call.emitError("kforge-export-regions: a region call cannot be described "
+                                  "in the host plan: ")
+                   << why;
           steps.push_back(json::Object{{"call", hash.getValue()},
                                        {"operands", std::move(operands)},
                                        {"results", std::move(results)}});
@@ -737,18 +735,10 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
         }
         json::Array operands, results;
         std::string why;
-        if (failed(writer.operandNames(call, call.getOperands(), operands, why)))
+        if (failed(nameOperands(call, operands, why)) ||
+            failed(writer.defineResults(call, results, why)))
           return call.emitError("kforge-export-regions: fallback op ")
                  << aten.getValue() << " cannot be described in the host plan: " << why;
-        for (json::Value &constant : writer.takePending())
-          steps.push_back(std::move(constant));
-        for (Value result : call.getResults()) {
-          if (failed(writer.define(result)))
-            return call.emitError("kforge-export-regions: a result of fallback op ")
-                   << aten.getValue() << " has type " << result.getType()
-                   << ", which the host plan cannot describe";
-          results.push_back(*writer.nameOf(result));
-        }
         steps.push_back(json::Object{{"op", "fallback"},
                                      {"name", aten.getValue()},
                                      {"symbol", call.getCallee().str()},
