@@ -20,18 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 
 
-def _compile_half_missing() -> str:
-    try:
-        import torch_mlir  # noqa: F401
-    except ImportError:
-        return "torch-mlir is not installed"
-    from kforge.frontend.regions import supports_region_export
-    if not supports_region_export():
-        return "kforge-opt cannot export regions (build it with scripts/setup.sh)"
-    return ""
+from kforge.frontend.regions import compile_half_missing  # noqa: E402
 
-
-pytestmark = pytest.mark.skipif(bool(_compile_half_missing()), reason=_compile_half_missing())
+pytestmark = pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 
 
 def kforge(*args, cache: Path, timeout=900, check=True) -> subprocess.CompletedProcess:

@@ -21,18 +21,9 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _compile_half_missing() -> str:
-    try:
-        import torch_mlir  # noqa: F401
-    except ImportError:
-        return "torch-mlir is not installed"
-    from kforge.frontend.regions import supports_region_export
-    if not supports_region_export():
-        return "kforge-opt cannot export regions (build it with scripts/setup.sh)"
-    return ""
+from kforge.frontend.regions import compile_half_missing  # noqa: E402
 
-
-pytestmark = pytest.mark.skipif(bool(_compile_half_missing()), reason=_compile_half_missing())
+pytestmark = pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 
 import kforge.dynamo as kd  # noqa: E402  (registers backend="kforge")
 

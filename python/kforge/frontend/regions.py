@@ -86,6 +86,18 @@ def _is_region_file(name: str) -> bool:
         re.fullmatch(r"[0-9a-f]{16}\.(json|mlir)", name) is not None
 
 
+def compile_half_missing() -> str:
+    """Why this machine cannot compile models ('' when it can): torch-mlir absent, or a
+    kforge-opt that cannot export regions."""
+    try:
+        import torch_mlir  # noqa: F401
+    except ImportError:
+        return "torch-mlir is not installed"
+    if not supports_region_export():
+        return "kforge-opt cannot export regions (build it with scripts/setup.sh)"
+    return ""
+
+
 def supports_region_export() -> bool:
     """Whether the installed kforge-opt can form and export regions (not only print stats)."""
     try:
