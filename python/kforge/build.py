@@ -83,10 +83,10 @@ def model_coverage(pkg: Path, target: str, *, example_inputs=None, model_path=No
     the target's device is here, each home's share of one timed run on the example inputs."""
     from kforge.coverage import merge_profile, plan_coverage, profile_plan
     from kforge.verify import target_available
+    from kforge.runtime import usable_kernels
     package = open_package(pkg)
-    verified = {h for h, e in package.manifest.get("kernels", {}).items()
-                if (e.get("verification") or {}).get("status") == "verified"
-                and e.get("target") == target}
+    # the kernels the runtime would use here: verified, linked, not slower than PyTorch's op
+    verified = set(usable_kernels(package, target)) & package.kernel_hashes()
     cov = plan_coverage(package.plan, package.specs, verified)
     profile = None
     if target_available(target):

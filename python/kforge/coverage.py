@@ -65,7 +65,6 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
     returns seconds by home and by fallback op, from the last of `repeats` runs."""
     import torch
 
-    from kforge.reference import run_host_plan
     device = compiled.device
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     times: dict = {}
@@ -88,11 +87,7 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
                 by_home["host"] += dt
             return out
 
-        args = [t.to(device) for t in inputs]
-        with torch.no_grad():
-            run_host_plan(compiled.package.plan, compiled.package.specs, args, compiled.weights,
-                          kernels=compiled.kernels, step_timer=timer,
-                          references=getattr(compiled, "references", None))
+        compiled.run(inputs, step_timer=timer)
         times = {"by_home_s": dict(by_home), "by_fallback_s": dict(by_fallback)}
     total = sum(times["by_home_s"].values())
     times["total_s"] = total

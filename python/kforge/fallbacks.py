@@ -65,26 +65,16 @@ def _split_kwargs(op, args: list):
 
 
 def build_args(template, operands: Sequence[torch.Tensor], device: torch.device):
-    """The op's arguments from the plan's template: {"tensor": i} -> operands[i], a device
-    -> the device the package runs on, lists recursively."""
+    """The op's arguments from the plan's template (FallbackOp.arg_list()): {"tensor": i} ->
+    operands[i], a device -> the device the package runs on, lists recursively."""
     def build(a):
-        if isinstance(a, tuple):
-            if a and all(isinstance(v, tuple) and len(v) == 2 and v[0] in
-                         ("tensor", "device", "dtype") for v in a):
-                kind, value = a[0]
-                if kind == "tensor":
-                    return operands[value]
-                if kind == "device":
-                    return device
-                return value
-            return [build(v) for v in a]
         if isinstance(a, dict):
             if "tensor" in a:
                 return operands[a["tensor"]]
             if "device" in a:
                 return device
             return a.get("dtype")
-        if isinstance(a, list):
+        if isinstance(a, (list, tuple)):
             return [build(v) for v in a]
         return a
     return [build(a) for a in template]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, HostPlan, KernelSpec, Value,
@@ -50,8 +51,7 @@ def promote(plan: HostPlan) -> tuple[HostPlan, list[KernelSpec]]:
         spec = _region_of(plan, step, kind)
         specs.append(spec)
         steps.append(CallStep(spec.hash, step.operands, step.results))
-    return HostPlan(plan.function, plan.inputs, plan.values, tuple(steps), plan.outputs,
-                    plan.version, plan.directory), specs
+    return replace(plan, steps=tuple(steps)), specs
 
 
 def _region_of(plan: HostPlan, step: FallbackOp, kind: str) -> KernelSpec:
@@ -112,7 +112,7 @@ def attention_parameters(spec: KernelSpec) -> dict:
         raise ValueError(f"{spec.name} is not an attention region")
     from kforge.fallbacks import build_args
     markers = [f"@{i}" for i in range(len(op.operands))]
-    args = build_args(op.args, markers, None)
+    args = build_args(op.arg_list(), markers, None)
     if op.name == SINK_ATTENTION:       # attention(q, k, v, mask, sinks, scale)
         names = ["query", "key", "value", "attn_mask", "sinks", "scale"]
         defaults = [None, None, None, None, None, None]

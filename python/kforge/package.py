@@ -184,8 +184,7 @@ def open_package(pkg: str | os.PathLike) -> Package:
         # what the linked IR says; attention fallbacks become their one-op regions again
         from kforge.kernel_fallbacks import promote
         plan, _ = promote(load_host_plan(root / LINKED_PLAN))
-        plan = type(plan)(plan.function, plan.inputs, plan.values, plan.steps, plan.outputs,
-                          plan.version, str(root / "regions"))
+        plan = replace(plan, directory=str(root / "regions"))     # the specs live there
     else:
         plan = load_host_plan(plan_path)
     specs = {}
@@ -246,6 +245,7 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
                        progress: "ProgressSink | None" = None,
                        dynamic_size: int | None = None, provider=None) -> CompileReport:
     """Synth (per region, resuming) + link + report, for a package whose regions/ exists."""
+    from kforge.kernel_fallbacks import compare_with_pytorch
     from kforge.synth import RegionResult, synthesize_region
     started = time.monotonic()
     pkg = Path(pkg)
@@ -280,7 +280,6 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
             region_mlir=region_mlir, work_dir=None, progress=lambda msg, h=h: sink.note(h, msg),
             on_verified=lambda partial, h=h: _record_entry(pkg, manifest, h, partial, options))
         if result.candidate is not None and result.status in ("verified", "candidate"):
-            from kforge.kernel_fallbacks import compare_with_pytorch
             manifest["kernels"][h] = compare_with_pytorch(manifest_entry(pkg, result, options),
                                                           spec, options.target)
         else:
@@ -361,9 +360,7 @@ def relink(pkg: Path) -> str:
             changed += 1
         else:
             steps.append(step)
-    plan = type(plan)(plan.function, plan.inputs, plan.values, tuple(steps), plan.outputs,
-                      plan.version)
-    to_json(plan, plan_path)
+    to_json(replace(plan, steps=tuple(steps)), plan_path)
     write_meta(pkg, linked_ir={"file": "model.linked.mlir", "plan": LINKED_PLAN,
                                "by": "kforge (Python)", "stale": bool(changed), "at": _now(),
                                "note": f"kforge-opt unavailable ({note[:200]}); run `kforge "

@@ -28,8 +28,9 @@ import torch
 
 from kforge.errors import UserError
 from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, AffineMap,
-                         AffineSymbol, Body, CallStep, ConstantOp, EmptyOp, GenericOp, HostPlan,
-                         KernelSpec, KernelStep, OpaqueOp, PadOp, FallbackOp, ReshapeOp, affine_text, load_spec)
+                         AffineSymbol, Body, CallStep, ConstantOp, EmptyOp, FallbackOp, GenericOp,
+                         HostPlan, KernelSpec, KernelStep, OpaqueOp, PadOp, ReshapeOp,
+                         affine_text, load_spec)
 
 TORCH_DTYPES = {
     "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
@@ -545,7 +546,7 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
         from kforge.fallbacks import run_fallback
         # widened like every other op (float64 for measuring a kernel's error)
         operands = [env[o].to(types.of_tensor(env[o])) for o in op.operands]
-        outs = run_fallback(op.name, op.args, operands, device)
+        outs = run_fallback(op.name, op.arg_list(), operands, device)
         for r, t in zip(op.results, outs):
             env[r] = t
     elif isinstance(op, OpaqueOp):
@@ -659,8 +660,6 @@ def _run_step(i, step, plan, specs, kernels, refs, env, tensor_types, types, dev
             env[r] = t if t.device == device else t.to(device)
     else:
         _exec_op(step, env, tensor_types.__getitem__, types, set(step.results), device)
-
-
 
 
 # ---------------------------------------------------------------------------------------------

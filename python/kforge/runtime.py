@@ -121,9 +121,7 @@ class CompiledModel:
         # regions without a kernel run their reference; on a GPU it is compiled (torch.compile,
         # on first use), since interpreted op by op it ran 1.6-2.8x slower than eager PyTorch
         self.references: dict = {}
-        self.compile_references = self.device.type == "cuda" and \
-            os.environ.get("KFORGE_COMPILE_REFERENCES", "1") != "0"
-        if self.compile_references:
+        if self.device.type == "cuda" and os.environ.get("KFORGE_COMPILE_REFERENCES") != "0":
             self._prepare_references()
 
     def _prepare_references(self) -> None:
@@ -139,12 +137,18 @@ class CompiledModel:
         return self.package.region_hashes()
 
     def __call__(self, *inputs: torch.Tensor):
+        outs = self.run(inputs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def run(self, inputs, step_timer: Callable | None = None) -> tuple[torch.Tensor, ...]:
+        """The plan's outputs for `inputs` (moved to the device); `step_timer(step, run)`
+        wraps each host-plan step (kforge.coverage.profile_plan)."""
         from kforge.reference import run_host_plan
         args = [t.to(self.device) for t in inputs]
         with torch.no_grad():
-            outs = run_host_plan(self.package.plan, self.package.specs, args, self.weights,
-                                 kernels=self.kernels, references=self.references)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+            return run_host_plan(self.package.plan, self.package.specs, args, self.weights,
+                                 kernels=self.kernels, references=self.references,
+                                 step_timer=step_timer)
 
     forward = __call__
 

@@ -221,6 +221,10 @@ class FallbackOp:
     symbol: str = ""                   # the external function the IR calls
     op: str = "fallback"
 
+    def arg_list(self) -> list:
+        """`args` as the plan's JSON has it (lists and {"tensor": i} dicts)."""
+        return _thaw(self.args)
+
 
 OpRecord = Union[GenericOp, ReshapeOp, EmptyOp, ConstantOp, PadOp, OpaqueOp, FallbackOp]
 

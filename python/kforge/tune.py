@@ -25,6 +25,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     run optimization passes on its verified kernels); record the results in the manifest.
     A builtin kernel that fails here is replaced by the next one the builtin generates that
     verifies, within `repair` generate/verify rounds (0: leave it rejected)."""
+    from kforge.kernel_fallbacks import compare_with_pytorch
     from kforge.providers.base import Candidate
     from kforge.synth import SynthOptions, synthesize_region
     from kforge.verify import target_available, verify_candidate
@@ -89,7 +90,6 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                     manifest["kernels"][h] = new
         else:
             continue
-        from kforge.kernel_fallbacks import compare_with_pytorch
         compare_with_pytorch(manifest["kernels"][h], spec, target)
         results[h] = manifest["kernels"][h]["verification"]["status"]
         write_manifest(package.root, manifest)

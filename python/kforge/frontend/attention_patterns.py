@@ -14,11 +14,13 @@ mask and the max subtraction are optional; anything else unexpected leaves the g
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 aten = torch.ops.aten
-_PASS = (aten.view.default, aten.reshape.default, aten.expand.default, aten.clone.default,
-         aten._unsafe_view.default)
+_RESHAPES = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+_PASS = _RESHAPES + (aten.expand.default, aten.clone.default)
 
 
 def _val(node):
@@ -35,9 +37,7 @@ def _through(node, ops=_PASS):
 def _bmm_operand(node):
     """What a 4-d matmul's decomposition fed to bmm: view(expand(x)) -> x (nothing further, so a
     repeat_kv's own expand and clone stay part of the operand)."""
-    if isinstance(node, torch.fx.Node) and node.target in (aten.view.default,
-                                                            aten.reshape.default,
-                                                            aten._unsafe_view.default):
+    if isinstance(node, torch.fx.Node) and node.target in _RESHAPES:
         node = node.args[0]
     if isinstance(node, torch.fx.Node) and node.target == aten.expand.default:
         node = node.args[0]
@@ -56,8 +56,8 @@ def _match(softmax: torch.fx.Node):
     logits = softmax.args[0]
     if logits.target == aten.sub.Tensor:          # the explicit max subtraction
         centre = logits.args[1]
-        if not (isinstance(centre, torch.fx.Node) and centre.target is getattr(
-                __import__("operator"), "getitem") and centre.args[0].target == aten.max.dim):
+        if not (isinstance(centre, torch.fx.Node) and centre.target is operator.getitem and
+                centre.args[0].target == aten.max.dim):
             return None
         logits = logits.args[0]
         if centre.args[0].args[0] is not logits:
@@ -77,7 +77,7 @@ def _match(softmax: torch.fx.Node):
     scale = 1.0
     if scores.target == aten.mul.Tensor and isinstance(scores.args[1], (int, float)):
         scores, scale = scores.args[0], float(scores.args[1])
-    qk = _through(scores, (aten.view.default, aten.reshape.default, aten._unsafe_view.default))
+    qk = _through(scores, _RESHAPES)
     if qk.target != aten.bmm.default:
         return None
     q = _bmm_operand(qk.args[0])
@@ -118,8 +118,7 @@ def _match(softmax: torch.fx.Node):
     vs = _shape(v)
     if vs is None or vs[:3] != (b, h, skv):
         return None
-    outs = [u for u in pv.users if u.target in (aten.view.default, aten.reshape.default,
-                                                 aten._unsafe_view.default)]
+    outs = [u for u in pv.users if u.target in _RESHAPES]
     if len(outs) != 1 or len(pv.users) != 1 or _shape(outs[0]) != (b, h, sq, vs[3]):
         return None
     if mask is not None:

@@ -26,7 +26,7 @@ lowering again with those ops outlined).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
 
 # aten op names (torch dialect spelling, without "torch.") that always run through PyTorch.
 FALLBACK_OPS = frozenset({
@@ -68,14 +68,6 @@ LINALG_PIPELINE = (
 SYMBOL_PREFIX = "kforge.fallback."
 
 
-@dataclass(frozen=True)
-class FallbackSite:
-    """One outlined op: its aten name, callee symbol and where it came from."""
-    name: str
-    symbol: str
-    location: str
-
-
 class CannotEncode(Exception):
     """An operand of a fallback op that is neither a tensor nor a constant we can write down."""
 
@@ -99,12 +91,12 @@ def is_fallback(op, extra: frozenset[str]) -> bool:
     return short in FALLBACK_OPS or short in extra
 
 
-def outline_fallbacks(module, extra: frozenset[str] = frozenset()) -> list[FallbackSite]:
+def outline_fallbacks(module, extra: frozenset[str] = frozenset()) -> int:
     """Rewrites every fallback op of `module` (torch-mlir's raw torch dialect, in place) into a
-    func.call of a private declaration; returns the sites in program order."""
+    func.call of a private declaration; returns how many."""
     from torch_mlir import ir
 
-    sites: list[FallbackSite] = []
+    count = 0
     with module.context, ir.Location.unknown():
         funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
         for func in funcs:
@@ -113,11 +105,12 @@ def outline_fallbacks(module, extra: frozenset[str] = frozenset()) -> list[Fallb
             for block in func.regions[0].blocks:
                 for op in list(block.operations):
                     if is_fallback(op, extra):
-                        sites.append(_outline(module, op, len(sites)))
-    return sites
+                        _outline(module, op, count)
+                        count += 1
+    return count
 
 
-def _outline(module, op, index: int) -> FallbackSite:
+def _outline(module, op, index: int) -> None:
     from torch_mlir import ir
 
     name = aten_name(op)
@@ -174,9 +167,7 @@ def _outline(module, op, index: int) -> FallbackSite:
         ip=ir.InsertionPoint(op), attributes={"callee": ir.FlatSymbolRefAttr.get(symbol)})
     for old, new in zip(op.results, call.results):
         old.replace_all_uses_with(new)
-    location = _location(op)
     op.erase()
-    return FallbackSite(name, symbol, location)
 
 
 def leftover_torch_ops(module) -> dict[str, str]:
@@ -202,12 +193,16 @@ def _is_tensor(type_) -> bool:
     return text.startswith("!torch.vtensor") or text.startswith("!torch.tensor")
 
 
-def _location(op) -> str:
-    import re
-    text = str(op.location)
+def short_location(location) -> str:
+    """`file:line` of an MLIR location (torch-mlir's FX import names the model's source line)."""
+    text = str(location)
     match = re.search(r'"([^"]+)":(\d+)', text)
     return f"{match.group(1)}:{match.group(2)}" if match else text
 
 
-__all__ = ["FALLBACK_OPS", "LINALG_PIPELINE", "FallbackSite", "outline_fallbacks",
-           "leftover_torch_ops"]
+def _location(op) -> str:
+    return short_location(op.location)
+
+
+__all__ = ["FALLBACK_OPS", "LINALG_PIPELINE", "outline_fallbacks", "leftover_torch_ops",
+           "short_location"]

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from kforge.errors import UserError
+from kforge.frontend.fallback import short_location
 from kforge.frontend.ir import finalize_module
 from kforge.frontend.source import LoadedModel, load_model
 
@@ -58,7 +59,6 @@ class LoweredModel:
     weight_names: tuple[str, ...]
     weights: tuple[torch.Tensor, ...]
     torch_mlir_text: str         # torch-mlir's linalg-on-tensors output, as it printed it
-    fallbacks: tuple = ()        # kforge.frontend.fallback.FallbackSite, in program order
 
 
 def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathLike, *,
@@ -107,8 +107,8 @@ def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = 
         program = _export(loaded, weight_names, weights, dynamic_batch)
     finally:
         loaded.module.train(was_training)
-    text, sites = _lower_to_linalg(program, loaded.origin)
-    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text, tuple(sites))
+    text = _lower_to_linalg(program, loaded.origin)
+    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text)
 
 
 class _WeightsAsInputs(nn.Module):
@@ -217,9 +217,9 @@ def _user_frame(exc: BaseException, loaded: LoadedModel) -> str | None:
     return None
 
 
-def _lower_to_linalg(program, origin: str):
+def _lower_to_linalg(program, origin: str) -> str:
     """torch-mlir: ExportedProgram → linalg-on-tensors text (fallback ops as external calls),
-    with its diagnostics captured; returns (text, fallback sites)."""
+    with its diagnostics captured."""
     from torch_mlir import ir as tm_ir
     from torch_mlir.dialects import torch as torch_d
     context = tm_ir.Context()
@@ -227,7 +227,7 @@ def _lower_to_linalg(program, origin: str):
     diagnostics: list[str] = []
 
     def collect(diag) -> bool:
-        diagnostics.append(f"{_short_loc(diag.location)}: {diag.message}")
+        diagnostics.append(f"{short_location(diag.location)}: {diag.message}")
         return True
 
     _views_to_reshapes(program.graph_module)
@@ -236,18 +236,19 @@ def _lower_to_linalg(program, origin: str):
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             program = program.run_decompositions(_decompositions())
     except Exception as exc:     # a decomposition that fails on this graph
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise UserError(f"{origin}: PyTorch's decompositions (run before torch-mlir) failed: "
-                        f"{type(exc).__name__}: {_clip(str(exc).strip().splitlines()[0] if str(exc).strip() else '', 400)}") from None
+                        f"{type(exc).__name__}: {_clip(first, 400)}") from None
     from kforge.frontend.attention_patterns import fuse_sink_attention
     fuse_sink_attention(program.graph_module)
     _as_strided_to_view(program.graph_module)
     handler = context.attach_diagnostic_handler(collect)
     try:
-        module, sites = _import_with_fallbacks(program, context, origin, diagnostics)
+        module = _import_with_fallbacks(program, context, origin, diagnostics)
     finally:
         handler.detach()
     _reject_foreign_ops(module, origin)
-    return module.operation.get_asm(), sites
+    return module.operation.get_asm()
 
 
 # How many times the lowering is retried with the ops it could not convert outlined.
@@ -272,7 +273,7 @@ def _import_with_fallbacks(program, context, origin: str, diagnostics: list[str]
             raise UserError(f"{origin}: torch-mlir cannot import this model: "
                             f"{type(exc).__name__}: {_clip(str(exc))}") from None
         module = importer.module
-        sites = outline_fallbacks(module, extra)
+        outline_fallbacks(module, extra)
         try:
             run_pipeline_with_repro_report(
                 module, "builtin.module(func.func(torch-match-quantized-custom-ops), "
@@ -289,7 +290,7 @@ def _import_with_fallbacks(program, context, origin: str, diagnostics: list[str]
             continue
         left = leftover_torch_ops(module)
         if not left:
-            return module, sites
+            return module
         if set(left) <= extra:
             break
         extra = extra | frozenset(left)
@@ -389,7 +390,7 @@ def _reject_foreign_ops(module, origin: str) -> None:
         dialect = op.name.split(".", 1)[0]
         if dialect not in UPSTREAM_DIALECTS and op.name not in foreign and \
                 not op.name.endswith(".yield"):
-            foreign[op.name] = _short_loc(op.location)
+            foreign[op.name] = short_location(op.location)
         return tm_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
@@ -398,12 +399,6 @@ def _reject_foreign_ops(module, origin: str) -> None:
         raise UserError(f"{origin}: torch-mlir lowers part of this model to ops that upstream "
                         f"MLIR 22 and kforge-opt do not have: {listed}. Typical causes: sort, "
                         "topk, cumsum, scatter; replace them or keep them out of the model")
-
-
-def _short_loc(location) -> str:
-    text = str(location)
-    match = re.search(r'"([^"]+)":(\d+)', text)
-    return f"{match.group(1)}:{match.group(2)}" if match else text
 
 
 def _write_atomically(mlir_path: Path, weights_path: Path, text: str,
