@@ -13,6 +13,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -650,6 +651,64 @@ FailureOr<json::Object> mlir::kforge::buildKernelSpec(func::FuncOp region) {
   };
 }
 
+// ---------------------------------------------------------------------------------------------
+// Provenance: the frontend names each op's location after the FX node it came from,
+// `loc("fx:<node>"(...))` (kforge.frontend.importer). A region call step records the nodes of
+// its region and the node behind each operand and result, so that a region without a kernel can
+// run the model's own aten ops (kforge.aten_regions). Locations fused by CSE keep their first.
+// ---------------------------------------------------------------------------------------------
+std::optional<std::string> mlir::kforge::fxNodeOf(Location loc) {
+  std::optional<std::string> found;
+  loc->walk([&](Location inner) {
+    if (auto name = dyn_cast<NameLoc>(inner)) {
+      StringRef text = name.getName().getValue();
+      if (text.consume_front("fx:")) {
+        found = text.str();
+        return WalkResult::interrupt();
+      }
+    }
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+/// The FX node whose value `value` is: a region call's result as OutlineRegions recorded it
+/// for that call site (`kforge.origin`: an equal region's body has another site's locations),
+/// else its defining op's node.
+static json::Value fxOriginOf(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return nullptr;                 // a function argument: the plan names it argN
+  if (auto origin = def->getAttrOfType<DictionaryAttr>("kforge.origin")) {
+    auto results = origin.getAs<ArrayAttr>("results");
+    unsigned index = cast<OpResult>(value).getResultNumber();
+    auto node = results && index < results.size() ? dyn_cast<StringAttr>(results[index])
+                                                  : StringAttr();
+    if (node && !node.getValue().empty())
+      return node.getValue();
+    return nullptr;
+  }
+  if (std::optional<std::string> node = fxNodeOf(def->getLoc()))
+    return *node;
+  return nullptr;
+}
+
+static json::Object regionCallOrigin(func::CallOp call) {
+  json::Array nodes, operands, results;
+  if (auto origin = call->getAttrOfType<DictionaryAttr>("kforge.origin"))
+    if (auto names = origin.getAs<ArrayAttr>("nodes"))
+      for (Attribute name : names)
+        if (auto text = dyn_cast<StringAttr>(name))
+          nodes.push_back(text.getValue());
+  for (Value operand : call.getOperands())
+    operands.push_back(fxOriginOf(operand));
+  for (Value result : call.getResults())
+    results.push_back(fxOriginOf(result));
+  return json::Object{{"nodes", std::move(nodes)},
+                      {"operands", std::move(operands)},
+                      {"results", std::move(results)}};
+}
+
 FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
   RecordWriter writer(func);
   json::Array inputs;
@@ -716,9 +775,12 @@ FailureOr<json::Object> mlir::kforge::buildHostPlan(func::FuncOp func) {
             return call.emitError("kforge-export-regions: a region call cannot be described "
                                   "in the host plan: ")
                    << why;
-          steps.push_back(json::Object{{"call", hash.getValue()},
-                                       {"operands", std::move(operands)},
-                                       {"results", std::move(results)}});
+          json::Object step{{"call", hash.getValue()},
+                            {"operands", std::move(operands)},
+                            {"results", std::move(results)}};
+          if (call->hasAttr("kforge.origin"))
+            step["origin"] = regionCallOrigin(call);
+          steps.push_back(std::move(step));
           continue;
         }
       }

@@ -5,12 +5,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "KForge/KForgeOps.h"
+#include "KForge/KernelSpec.h"
 #include "KForge/LinalgOpInfo.h"
 #include "KForge/Passes.h"
 #include "KForge/RegionHash.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace mlir {
 namespace kforge {
@@ -43,6 +45,30 @@ struct OutlineRegionsPass
         return signalPassFailure();
   }
 
+  /// {nodes, results}: the FX nodes the region's ops come from and the node behind each result
+  /// ("" where none is known); see fxNodeOf. Null for IR without FX locations.
+  static DictionaryAttr regionOrigin(FusionRegionOp region) {
+    Builder b(region.getContext());
+    SmallVector<Attribute> nodes, results;
+    llvm::StringSet<> seen;
+    region.getBodyBlock().walk([&](Operation *op) {
+      if (std::optional<std::string> node = fxNodeOf(op->getLoc()))
+        if (seen.insert(*node).second)
+          nodes.push_back(b.getStringAttr(*node));
+    });
+    if (nodes.empty())
+      return nullptr;
+    Operation *terminator = region.getBodyBlock().getTerminator();
+    for (Value value : terminator->getOperands()) {
+      std::optional<std::string> node;
+      if (Operation *def = value.getDefiningOp())
+        node = fxNodeOf(def->getLoc());
+      results.push_back(b.getStringAttr(node.value_or("")));
+    }
+    return b.getDictionaryAttr({b.getNamedAttr("nodes", b.getArrayAttr(nodes)),
+                                b.getNamedAttr("results", b.getArrayAttr(results))});
+  }
+
   LogicalResult outline(FusionRegionOp region, SymbolTable &symbolTable) {
     ModuleOp module = getOperation();
     MLIRContext *context = module.getContext();
@@ -56,6 +82,9 @@ struct OutlineRegionsPass
     std::string name = "kforge_region_" + hash;
     auto type = FunctionType::get(context, region.getInputs().getTypes(),
                                   region.getResultTypes());
+
+    // Provenance of this call site (the body below may be dropped for an equal region).
+    DictionaryAttr origin = regionOrigin(region);
 
     Operation *existing = symbolTable.lookup(name);
     auto func = dyn_cast_or_null<func::FuncOp>(existing);
@@ -102,6 +131,8 @@ struct OutlineRegionsPass
     OpBuilder builder(region);
     auto call = func::CallOp::create(builder, region.getLoc(), func,
                                      region.getInputs());
+    if (origin)
+      call->setAttr("kforge.origin", origin);
     region.replaceAllUsesWith(call.getResults());
     region.erase();
     return success();

@@ -13,6 +13,7 @@
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/JSON.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir {
@@ -27,6 +28,10 @@ FailureOr<llvm::json::Object> buildKernelSpec(func::FuncOp region);
 /// The host plan of `func`: its region calls and the op records of everything else. Ops the
 /// spec cannot describe become `opaque` records (with their MLIR text) and a warning.
 FailureOr<llvm::json::Object> buildHostPlan(func::FuncOp func);
+
+/// The FX node an op was imported from: the frontend names each location `"fx:<node>"(...)`
+/// (python/kforge/frontend/fxgraph.py). Of locations CSE fused, the first named one.
+std::optional<std::string> fxNodeOf(Location loc);
 
 } // namespace kforge
 } // namespace mlir

@@ -118,19 +118,31 @@ class CompiledModel:
                 widx = [i for i, a in enumerate(spec.args) if a.weight]
                 self.kernels[h] = PreparedKernel(module, widx)
 
-        # regions without a kernel run their reference; on a GPU it is compiled (torch.compile,
-        # on first use), since interpreted op by op it ran 1.6-2.8x slower than eager PyTorch
+        # Regions without a kernel run the model's own aten ops where the compiler checked
+        # that program (kforge.aten_regions), else the reference's interpretation of the linalg.
+        # On a GPU either is compiled (torch.compile, on first use) unless
+        # KFORGE_COMPILE_REFERENCES=0.
         self.references: dict = {}
-        if self.device.type == "cuda" and os.environ.get("KFORGE_COMPILE_REFERENCES") != "0":
-            self._prepare_references()
+        self.aten_regions: set[str] = set()
+        self._prepare_references(compile_them=self.device.type == "cuda" and
+                                 os.environ.get("KFORGE_COMPILE_REFERENCES") != "0")
 
-    def _prepare_references(self) -> None:
-        from kforge.reference import reference_fn
+    def _prepare_references(self, compile_them: bool) -> None:
+        from kforge.aten_regions import load_programs
         from kforge.kernel_fallbacks import is_kernel_fallback
+        from kforge.reference import reference_fn
+        programs = load_programs(self.package.root / "regions")
         for h, spec in self.package.specs.items():
             if h in self.kernels or is_kernel_fallback(spec):
                 continue          # a kernel-backed fallback's reference is PyTorch's op already
-            self.references[h] = _CompiledReference(reference_fn(spec), h)
+            if h in programs:
+                fn = programs[h].callable()
+                self.aten_regions.add(h)
+            elif compile_them:
+                fn = reference_fn(spec)
+            else:
+                continue          # run_host_plan interprets it
+            self.references[h] = _CompiledReference(fn, h) if compile_them else fn
 
     @property
     def regions(self) -> list[str]:
@@ -159,8 +171,10 @@ class CompiledModel:
 
     def describe(self) -> str:
         n = len(self.regions)
+        rest = n - len(self.kernels)
         return (f"kforge package {self.package.root} on {self.target}: {len(self.kernels)}/{n} "
-                f"regions by verified kernels, the rest by the reference")
+                f"regions by verified kernels, {len(self.aten_regions)} of the other {rest} by "
+                "their aten ops (PyTorch), the rest by the reference")
 
 
 class _CompiledReference:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import logging
 import os
 import re
@@ -25,8 +26,10 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from kforge.cache import atomic_write_text
 from kforge.errors import UserError
 from kforge.frontend.fallback import short_location
+from kforge.frontend.fxgraph import graph_record, named_locations
 from kforge.frontend.ir import finalize_module
 from kforge.frontend.source import LoadedModel, load_model
 
@@ -50,6 +53,7 @@ class ImportResult:
     output_shapes: tuple[tuple[int | None, ...], ...]
     output_dtypes: tuple[str, ...]
     weight_bytes: int
+    fx_graph_path: Path | None = None                   # <stem>.fx.json: the aten graph
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,8 @@ class LoweredModel:
     loaded: LoadedModel
     weight_names: tuple[str, ...]
     weights: tuple[torch.Tensor, ...]
-    torch_mlir_text: str         # torch-mlir's linalg-on-tensors output, as it printed it
+    torch_mlir_text: str         # torch-mlir's linalg-on-tensors output, with its locations
+    fx_graph: dict               # the aten graph it was imported from (frontend.fxgraph)
 
 
 def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathLike, *,
@@ -82,6 +87,8 @@ def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathL
     out_path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(out_path, weights_path, final.text, dict(zip(weight_names, weights)),
                       loaded.origin)
+    fx_graph_path = out_path.with_suffix(".fx.json")
+    atomic_write_text(fx_graph_path, json.dumps(lowered.fx_graph))
     n = len(loaded.example_inputs)
     return ImportResult(
         mlir_path=out_path, weights_path=weights_path,
@@ -93,7 +100,8 @@ def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathL
         weight_dtypes=tuple(t.dtype for t in final.arg_types[n:]),
         output_shapes=tuple(t.shape for t in final.result_types),
         output_dtypes=tuple(t.dtype for t in final.result_types),
-        weight_bytes=sum(w.numel() * w.element_size() for w in weights))
+        weight_bytes=sum(w.numel() * w.element_size() for w in weights),
+        fx_graph_path=fx_graph_path)
 
 
 def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = False,
@@ -107,8 +115,8 @@ def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = 
         program = _export(loaded, weight_names, weights, dynamic_batch)
     finally:
         loaded.module.train(was_training)
-    text = _lower_to_linalg(program, loaded.origin)
-    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text)
+    text, fx_graph = _lower_to_linalg(program, loaded.origin)
+    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text, fx_graph)
 
 
 class _WeightsAsInputs(nn.Module):
@@ -217,9 +225,9 @@ def _user_frame(exc: BaseException, loaded: LoadedModel) -> str | None:
     return None
 
 
-def _lower_to_linalg(program, origin: str) -> str:
-    """torch-mlir: ExportedProgram → linalg-on-tensors text (fallback ops as external calls),
-    with its diagnostics captured."""
+def _lower_to_linalg(program, origin: str) -> tuple[str, dict]:
+    """torch-mlir: ExportedProgram → linalg-on-tensors text (fallback ops as external calls,
+    every op located at its FX node), with its diagnostics captured; and the FX graph imported."""
     from torch_mlir import ir as tm_ir
     from torch_mlir.dialects import torch as torch_d
     context = tm_ir.Context()
@@ -242,13 +250,15 @@ def _lower_to_linalg(program, origin: str) -> str:
     from kforge.frontend.attention_patterns import fuse_sink_attention
     fuse_sink_attention(program.graph_module)
     _as_strided_to_view(program.graph_module)
+    fx_graph = graph_record(program.graph_module)
     handler = context.attach_diagnostic_handler(collect)
     try:
-        module = _import_with_fallbacks(program, context, origin, diagnostics)
+        with named_locations():
+            module = _import_with_fallbacks(program, context, origin, diagnostics)
     finally:
         handler.detach()
     _reject_foreign_ops(module, origin)
-    return module.operation.get_asm()
+    return module.operation.get_asm(enable_debug_info=True), fx_graph
 
 
 # How many times the lowering is retried with the ops it could not convert outlined.

@@ -84,7 +84,7 @@ def finalize_module(text: str, *, weight_names: Sequence[str], num_inputs: int,
             raise UserError(f"{origin}: the imported IR does not verify in MLIR 22.1.8 "
                             f"(internal error):\n{_first_lines(str(exc), diagnostics)}") from None
         result = FinalizedModule(
-            text=module.operation.get_asm(),
+            text=module.operation.get_asm(enable_debug_info=True),
             arg_types=tuple(arg_types),
             result_types=tuple(_function_types(entry, "function_type", inputs=False)),
             asserts_removed=removed)

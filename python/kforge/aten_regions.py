@@ -1,0 +1,414 @@
+"""Regions without a kernel run the model's own aten ops (docs/fallback-ops.md, "Regions").
+
+A region is linalg; its reference (kforge.reference) interprets that linalg with torch, which is
+right but slow: every broadcast, transpose and index grid of the linalg form is materialized.
+A region without a verified kernel should cost what the same ops cost in PyTorch. So at compile
+time each region gets an *aten program*: the FX nodes of the exported graph that compute its
+results, cut at its operands, run op by op with `torch.ops` at run time.
+
+The cut comes from provenance: every op's location names its FX node (kforge.frontend.fxgraph),
+and `kforge-opt`'s host plan records, for each region call, the node behind each operand and
+result (`origin`). From a call's results the program walks the FX graph backwards and stops at
+values the call receives as operands. Every program is then checked against the region's linalg
+reference on random inputs (the same draws verification uses); one that does not match exactly
+enough — a cut that lands inside one aten op's lowering, a reshape the linalg does differently —
+is dropped, with the reason in `regions/aten.json`, and that region keeps its reference.
+
+Needs only torch at run time (`AtenProgram`, `load_programs`); building needs the FX graph the
+frontend wrote (`model.fx.json`) and the host plan as kforge-opt wrote it.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+
+from kforge.cache import atomic_write_text
+from kforge.errors import UserError
+
+PROGRAM_SCHEMA = "kforge.aten-program"
+PROGRAM_VERSION = 1
+SUMMARY = "aten.json"           # regions/aten.json: which regions got a program, and why not
+
+_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+           "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+           "index": "int64"}
+
+# Ops a program may recompute although the region's IR has none of them (torch-mlir folds them
+# away or CSE gives their op another node's location): cheap, layout-only or constant-making.
+_CHEAP = {"view", "reshape", "_unsafe_view", "permute", "transpose", "t", "expand", "unsqueeze",
+          "squeeze", "slice", "select", "clone", "alias", "_to_copy", "detach",
+          "lift_fresh_copy", "arange", "full", "scalar_tensor", "zeros", "ones", "empty",
+          "new_zeros", "new_ones", "full_like", "zeros_like", "ones_like", "unbind", "split",
+          "split_with_sizes", "contiguous"}
+
+_RESHAPES = {"aten.view.default": "aten.reshape.default",
+             "aten._unsafe_view.default": "aten.reshape.default"}
+
+# Most alternatives tried when a value's producer is ambiguous (a tuple's items of one shape).
+_MAX_CHOICES = 16
+_CHECK_SEEDS = (11, 12)
+
+
+class _NoProgram(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The program and its execution (torch only)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AtenProgram:
+    """`inputs`: (value name, operand index, shape the FX value has); `ops`: FX node records
+    (name, op, args, kwargs) in execution order; `outputs`: (value name, tuple item or None,
+    the region result's shape)."""
+    region: str
+    inputs: tuple
+    ops: tuple
+    outputs: tuple
+
+    def to_json(self) -> dict:
+        return {"schema": PROGRAM_SCHEMA, "version": PROGRAM_VERSION, "region": self.region,
+                "inputs": [list(i) for i in self.inputs], "ops": list(self.ops),
+                "outputs": [list(o) for o in self.outputs]}
+
+    @staticmethod
+    def from_json(doc: dict) -> "AtenProgram":
+        if doc.get("schema") != PROGRAM_SCHEMA or doc.get("version") != PROGRAM_VERSION:
+            raise UserError(f"not a {PROGRAM_SCHEMA} v{PROGRAM_VERSION} document")
+        return AtenProgram(doc["region"], tuple(tuple(i) for i in doc["inputs"]),
+                           tuple(doc["ops"]), tuple(tuple(o) for o in doc["outputs"]))
+
+    def callable(self):
+        """f(*region_args) -> tuple of the region's results, by torch.ops."""
+        from kforge.fallbacks import resolve
+        steps = []
+        for op in self.ops:
+            # a view of a value whose strides differ from the export's (operands arrive dense)
+            # is the same reshape; the graph is functional, so nothing can observe the copy
+            name = _RESHAPES.get(op["op"], op["op"])
+            fn = None if name == "getitem" else resolve(name)
+            steps.append((op["name"], fn, op["args"], op["kwargs"]))
+        inputs, outputs = self.inputs, self.outputs
+
+        def run(*args):
+            device = args[0].device if args else torch.device("cpu")
+            env = {}
+            for name, index, shape in inputs:
+                t = args[index]
+                env[name] = t if list(t.shape) == list(shape) else t.reshape(shape)
+            for name, fn, a, kw in steps:
+                if fn is None:
+                    env[name] = env[a[0]["node"]][a[1]]
+                else:
+                    env[name] = fn(*_decode(a, env, device),
+                                   **{k: _decode(v, env, device) for k, v in kw.items()})
+            outs = []
+            for name, item, shape in outputs:
+                v = env[name] if item is None else env[name][item]
+                outs.append(v.reshape(shape).contiguous())
+            return tuple(outs)
+        return run
+
+
+def _decode(a, env, device):
+    if isinstance(a, dict):
+        if "node" in a:
+            return env[a["node"]]
+        if "dtype" in a:
+            return getattr(torch, a["dtype"])
+        if "device" in a:
+            return device               # the device the package runs on, not the export's
+        if "layout" in a:
+            return getattr(torch, a["layout"])
+        if "memory_format" in a:
+            return getattr(torch, a["memory_format"])
+        if "float" in a:
+            return float(a["float"])
+        raise UserError(f"aten program: unknown argument record {a}")
+    if isinstance(a, list):
+        return [_decode(v, env, device) for v in a]
+    return a
+
+
+def load_programs(regions_dir: str | Path) -> dict[str, AtenProgram]:
+    """The verified aten programs of a package's regions, by region hash ({} if none)."""
+    regions_dir = Path(regions_dir)
+    summary = regions_dir / SUMMARY
+    if not summary.is_file():
+        return {}
+    try:
+        doc = json.loads(summary.read_text())
+        return {h: AtenProgram.from_json(json.loads((regions_dir / f"{h}.aten.json").read_text()))
+                for h, entry in doc.get("regions", {}).items() if entry.get("program")}
+    except (OSError, ValueError, KeyError, UserError) as exc:
+        raise UserError(f"{regions_dir}: cannot read the regions' aten programs ({exc}); "
+                        "recompile the package") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Building programs from provenance
+# ---------------------------------------------------------------------------------------------
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
+class _Builder:
+    def __init__(self, fx: dict, plan: dict, step: dict):
+        self.nodes = {n["name"]: n for n in fx["nodes"]}
+        self.placeholders = [n["name"] for n in fx["nodes"] if n["kind"] == "placeholder"]
+        self.input_names = [i["name"] for i in plan["inputs"]]
+        self.step = step
+        origin = step["origin"]
+        self.region_nodes = set(origin["nodes"])
+        self.canon = _value_classes(fx["nodes"])
+        # FX value (its class: kforge-opt's CSE merged equal ops) -> the operands carrying it
+        self.carriers: dict[str, list[int]] = {}
+        for index, (name, node) in enumerate(zip(step["operands"], origin["operands"])):
+            if node is None and name in self.input_names:
+                k = self.input_names.index(name)
+                node = self.placeholders[k] if k < len(self.placeholders) else None
+            if node is not None:
+                self.carriers.setdefault(self.canon.get(node, node), []).append(index)
+
+    def build(self, shapes: Mapping[str, tuple], dtypes: Mapping[str, str]):
+        """All programs consistent with the provenance (alternatives where a tuple's items or
+        several operands could be meant), most likely first."""
+        step = self.step
+        # per result: the candidate (node, item) pairs
+        result_choices = []
+        for value, node in zip(step["results"], step["origin"]["results"]):
+            if node is None or node not in self.nodes:
+                raise _NoProgram(f"result {value} has no FX node")
+            result_choices.append(self._items(node, shapes[value], dtypes[value]))
+        for picks in itertools.islice(itertools.product(*result_choices), _MAX_CHOICES):
+            yield from itertools.islice(self._program(picks, shapes, dtypes), _MAX_CHOICES)
+
+    def _items(self, node: str, shape, dtype) -> list:
+        meta = self.nodes[node].get("value") or {}
+        if "items" in meta:
+            out = [(node, i) for i, m in enumerate(meta["items"])
+                   if m and m.get("shape") is not None and _numel(m["shape"]) == _numel(shape)
+                   and m["dtype"] == _DTYPES.get(dtype)]
+        else:
+            out = [(node, None)] if meta.get("shape") is not None and \
+                _numel(meta["shape"]) == _numel(shape) and meta["dtype"] == _DTYPES.get(dtype) \
+                else []
+        if not out:
+            raise _NoProgram(f"FX node {node} does not have the region result's shape "
+                             f"{list(shape)} {dtype}")
+        return out
+
+    def _program(self, picks, shapes, dtypes):
+        """Backward slice from the picked results; each operand binding alternative once."""
+        step = self.step
+        operand_shapes = [shapes[v] for v in step["operands"]]
+        operand_dtypes = [dtypes[v] for v in step["operands"]]
+        order: list[str] = []
+        bound: dict[str, list[int]] = {}
+        visiting: set[str] = set()
+        outside: list[str] = []
+
+        def fits(name: str, index: int) -> bool:
+            meta = self.nodes[name].get("value") or {}
+            return meta.get("shape") is not None and \
+                _numel(meta["shape"]) == _numel(operand_shapes[index]) and \
+                meta.get("dtype") == _DTYPES.get(operand_dtypes[index])
+
+        def need(name: str) -> None:
+            if name in bound or name in order:
+                return
+            node = self.nodes.get(name)
+            if node is None:
+                raise _NoProgram(f"FX node {name} is not in the graph")
+            carriers = [i for i in self.carriers.get(self.canon[name], []) if fits(name, i)]
+            if node["kind"] == "call_function" and node.get("op") == "getitem":
+                src = self.canon[node["args"][0]["node"]]
+                carriers += [i for i in self.carriers.get(src, []) if fits(name, i)]
+            if carriers:
+                bound[name] = carriers
+                return
+            if node["kind"] != "call_function":
+                raise _NoProgram(f"{name} ({node['kind']}) is not among the region's operands")
+            if node.get("op") is None:
+                raise _NoProgram(f"{name} cannot run as an aten op ({node.get('why')})")
+            short = node["op"].split(".")[1] if node["op"] != "getitem" else "getitem"
+            if name not in self.region_nodes and short not in _CHEAP and short != "getitem":
+                # an op torch-mlir folded away (x * 1.0) or whose location CSE gave to another
+                # node: recomputed here, but never a whole stretch of the graph
+                outside.append(name)
+                if len(outside) > max(4, len(self.region_nodes) // 2):
+                    raise _NoProgram(f"{', '.join(outside[:6])} ... lie outside the region")
+            if name in visiting:
+                raise _NoProgram(f"cycle at {name}")
+            visiting.add(name)
+            for ref in _refs(node["args"]) + _refs(list(node["kwargs"].values())):
+                need(ref)
+            visiting.discard(name)
+            order.append(name)
+            if len(order) > 4 * len(self.region_nodes) + 16:
+                raise _NoProgram("the slice grows far beyond the region")
+
+        for node, _ in picks:
+            need(node)
+        names = list(bound)
+        for choice in itertools.product(*(bound[n] for n in names)):
+            inputs = tuple((n, i, tuple(self.nodes[n]["value"]["shape"]))
+                           for n, i in zip(names, choice))
+            ops = tuple({"name": n, "op": self.nodes[n]["op"], "args": self.nodes[n]["args"],
+                         "kwargs": self.nodes[n]["kwargs"]} for n in order)
+            outputs = tuple((node, item, tuple(shapes[v]))
+                            for (node, item), v in zip(picks, step["results"]))
+            yield AtenProgram(step["call"], inputs, ops, outputs)
+
+
+def _value_classes(nodes: list[dict]) -> dict[str, str]:
+    """Each FX value's representative among the values equal to it by construction (the same
+    op of the same arguments), as CSE in the compiler merges them."""
+    canon: dict[str, str] = {}
+    seen: dict[str, str] = {}
+
+    def rename(a):
+        if isinstance(a, dict) and "node" in a:
+            return {"node": canon.get(a["node"], a["node"])}
+        if isinstance(a, list):
+            return [rename(v) for v in a]
+        return a
+
+    for n in nodes:
+        canon[n["name"]] = n["name"]
+        if n["kind"] != "call_function" or not n.get("op"):
+            continue
+        key = json.dumps([n["op"], rename(n["args"]), rename(n["kwargs"])], sort_keys=True)
+        canon[n["name"]] = seen.setdefault(key, n["name"])
+    return canon
+
+
+def _refs(args) -> list[str]:
+    out = []
+    for a in args:
+        if isinstance(a, dict) and "node" in a:
+            out.append(a["node"])
+        elif isinstance(a, list):
+            out.extend(_refs(a))
+    return out
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    if got.shape != want.shape:
+        return False
+    if not want.dtype.is_floating_point:
+        return bool(torch.equal(got.to(want.dtype), want))
+    g, w = got.double(), want.double()
+    nan = torch.isnan(w)
+    if not torch.equal(nan, torch.isnan(g)):
+        return False
+    g, w = g[~nan], w[~nan]
+    if not w.numel():
+        return True
+    finite = torch.isfinite(w)
+    if not torch.equal(finite, torch.isfinite(g)) or not torch.equal(g[~finite], w[~finite]):
+        return False
+    g, w = g[finite], w[finite]
+    rms = float(w.pow(2).mean().sqrt()) if w.numel() else 0.0
+    # PyTorch's ops against the linalg form: same math, another summation order (and torch-mlir
+    # sometimes computes statistics in f64); far below any policy's tolerance, far above noise
+    return bool(((g - w).abs() <= 1e-5 * max(1.0, rms) + 1e-4 * w.abs()).all())
+
+
+def check_program(program: AtenProgram, spec, seeds: Sequence[int] = _CHECK_SEEDS) -> str:
+    """'' if the program computes the region's reference on random inputs, else why not."""
+    from kforge.reference import reference_fn
+    from kforge.verify.inputs import make_inputs, signature_of
+    sig = signature_of(spec)
+    run = program.callable()
+    ref = reference_fn(spec)
+    for seed in seeds:
+        args = make_inputs(sig, seed, dynamic_size=2)
+        try:
+            with torch.no_grad():
+                want = ref(*args)
+                got = run(*args)
+        except Exception as exc:  # noqa: BLE001 - any failure of a candidate program
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        if len(got) != len(want):
+            return f"{len(got)} results, the region has {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            if not _close(g, w):
+                return f"result {i} differs from the region's reference (seed {seed})"
+    return ""
+
+
+def build_programs(regions_dir: str | Path, fx_graph_path: str | Path,
+                   specs: Mapping | None = None) -> dict:
+    """Writes `regions/<hash>.aten.json` for every region whose aten program checks out, and
+    `regions/aten.json` (per region: program or why not). Run on the host plan as kforge-opt
+    wrote it (before kforge.kernel_fallbacks rewrites it). Returns the summary."""
+    from kforge.spec import load_spec
+    regions_dir = Path(regions_dir)
+    plan = json.loads((regions_dir / "host_plan.json").read_text())
+    fx_graph_path = Path(fx_graph_path)
+    fx = json.loads(fx_graph_path.read_text()) if fx_graph_path.is_file() else None
+    shapes, dtypes = _value_types(plan)
+    summary: dict[str, dict] = {}
+    for step in plan.get("steps", []):
+        h = step.get("call")
+        if h is None or summary.get(h, {}).get("program"):
+            continue
+        entry = summary.setdefault(h, {"program": False, "why": []})
+        if fx is None:
+            entry["why"].append("no FX graph (model.fx.json)")
+            continue
+        if "origin" not in step:
+            entry["why"].append("the host plan has no provenance (kforge-opt too old?)")
+            continue
+        spec = specs[h] if specs is not None and h in specs else \
+            load_spec(regions_dir / f"{h}.json")
+        why = _first_program(regions_dir, fx, plan, step, spec, shapes, dtypes)
+        if why:
+            entry["why"].append(why)
+        else:
+            summary[h] = {"program": True}
+    for entry in summary.values():
+        if not entry.get("program"):
+            entry["why"] = "; ".join(dict.fromkeys(entry["why"]))[:600]
+    doc = {"schema": "kforge.aten-programs", "version": 1, "regions": summary}
+    atomic_write_text(regions_dir / SUMMARY, json.dumps(doc, indent=2))
+    return doc
+
+
+def _first_program(regions_dir, fx, plan, step, spec, shapes, dtypes) -> str:
+    try:
+        candidates = _Builder(fx, plan, step).build(shapes, dtypes)
+        last = "no consistent program"
+        for program in candidates:
+            why = check_program(program, spec)
+            if not why:
+                atomic_write_text(regions_dir / f"{step['call']}.aten.json",
+                                  json.dumps(program.to_json()))
+                return ""
+            last = why
+        return last
+    except _NoProgram as exc:
+        return str(exc)
+
+
+def _value_types(plan: dict) -> tuple[dict, dict]:
+    """Shape and dtype of every named value of the plan (inputs and step results)."""
+    shapes, dtypes = {}, {}
+    for rec in plan.get("inputs", []):
+        shapes[rec["name"]], dtypes[rec["name"]] = tuple(rec["shape"]), rec["dtype"]
+    values = plan.get("values", {})
+    items = values.items() if isinstance(values, dict) else \
+        ((v["name"], v) for v in values)
+    for name, rec in items:
+        shapes[name], dtypes[name] = tuple(rec["shape"]), rec["dtype"]
+    return shapes, dtypes
+
+
+__all__ = ["AtenProgram", "build_programs", "check_program", "load_programs"]
