@@ -19,9 +19,23 @@ PROVIDERS = ("builtin", "anthropic", "openai")
 PRECISIONS = ("strict", "tf32", "bf16")
 
 
+def target_arg(value: str) -> str:
+    """`--target BACKEND[:ARCH]` -> BACKEND; an explicit ARCH is set for this process and its
+    workers (KFORGE_<BACKEND>_ARCH, read by kforge.targets) and recorded in the package."""
+    from kforge.targets import split_target
+    try:
+        backend, arch = split_target(value)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if arch:
+        os.environ[f"KFORGE_{backend.upper()}_ARCH"] = arch
+    return backend
+
+
 def _synth_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", choices=TARGETS, default="cpu",
-                   help="device the kernels are for (cpu: the Triton interpreter)")
+    p.add_argument("--target", type=target_arg, default="cpu", metavar="|".join(TARGETS),
+                   help="device the kernels are for, optionally with its architecture: "
+                        "cuda[:sm_90|sm_80], xpu[:pvc|bmg], cpu (the Triton interpreter)")
     p.add_argument("--provider", choices=PROVIDERS, default="builtin",
                    help="kernel writer (falls back to builtin if an LLM provider cannot work)")
     p.add_argument("--provider-option", action="append", default=[], metavar="KEY=VALUE",
@@ -210,26 +224,38 @@ def cmd_xcompile(args) -> int:
     import warnings
 
     from kforge.crosscompile import compile_package
+    from kforge.targets import get_target
     warnings.filterwarnings("ignore", module="triton")
-    report = compile_package(args.package, arch=args.arch)
+    target = args.target
+    if args.arch is not None:                       # the older spelling: --arch 90
+        target = f"cuda:sm_{args.arch}"
+    if target and target.startswith("xpu"):
+        from kforge.targets import xpu_env
+        xpu_env.ensure(progress=lambda m: print(m, file=sys.stderr))
+    report = compile_package(args.package, target=target)
+    label = get_target(target).label if target else "the package's target"
     bad = 0
     print(f"{'region':16s} {'kernel':44s} {'ok':3s} {'mma':8s} {'regs':>4s} {'spill':>6s} "
-          f"{'smem KB':>7s} {'warps':>5s} {'s':>5s}")
+          f"{'smem KB':>7s} {'SPIR-V KB':>9s} {'warps':>5s} {'s':>5s}")
     for h, kernels in report.items():
         for k in kernels:
             bad += not k.ok
             spill = "" if k.spill_stores is None else str(k.spill_stores + (k.spill_loads or 0))
+            spirv = "" if k.spirv_bytes is None else f"{k.spirv_bytes / 1024:.0f}"
             print(f"{h:16s} {k.name[-44:]:44s} {'yes' if k.ok else 'NO':3s} {k.mma or '-':8s} "
                   f"{k.registers or '':>4} {spill:>6s} "
                   f"{'' if k.shared_bytes is None else round(k.shared_bytes / 1024):>7} "
-                  f"{k.num_warps or '':>5} {k.compile_s:5.1f}")
+                  f"{spirv:>9s} {k.num_warps or '':>5} {k.compile_s:5.1f}")
             if k.error:
                 print(f"    {k.error.splitlines()[0][:300]}")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {h: [k.to_json() for k in ks] for h, ks in report.items()}, indent=1) + "\n")
     print(f"{sum(len(k) for k in report.values())} kernels, {bad} failed to compile for "
-          f"sm_{args.arch}")
+          f"{label}")
+    if any(k.registers is None and k.ok for ks in report.values() for k in ks):
+        print("registers and spills: not reported by this compiler (xpu: IGC reports them when "
+              "the SPIR-V is finalized on the device)")
     return 1 if bad else 0
 
 
@@ -312,11 +338,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_link)
 
     p = subparsers.add_parser(
-        "xcompile", help="compile a cuda package's kernels for an NVIDIA GPU that is not here",
-        description="Compile every kernel of a cuda package for sm_ARCH with the local Triton "
-                    "(no GPU needed) and report per kernel: wgmma or not, registers, spills, "
-                    "shared memory, compile errors. The GPU host's verification still decides.")
+        "xcompile", help="compile a package's kernels for a GPU that is not here",
+        description="Compile every kernel of a package for its target's architecture (no GPU "
+                    "needed) and report per kernel: compiled or the compiler's error, the matrix "
+                    "unit used (wgmma / dpas), registers and spills (cuda: ptxas), shared "
+                    "memory, SPIR-V size (xpu). cuda uses the local Triton; xpu uses triton-xpu "
+                    "in an environment of its own, made on first use (KFORGE_XPU_VENV, default "
+                    "~/.cache/kforge/xpu-venv). The GPU host's verification still decides.")
     p.add_argument("package", metavar="PKG")
-    p.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100/H200)")
+    p.add_argument("--target", default=None, metavar="BACKEND[:ARCH]",
+                   help="cuda[:sm_90|sm_80] or xpu[:pvc|bmg] (default: the package's target "
+                        "and recorded architecture)")
+    p.add_argument("--arch", type=int, default=None, help="cuda compute capability x10 "
+                                                          "(same as --target cuda:sm_ARCH)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the report as JSON")
     p.set_defaults(func=cmd_xcompile)

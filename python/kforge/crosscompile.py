@@ -1,6 +1,10 @@
 """Compile a package's (or a candidate's) Triton kernels for a GPU that is not here.
 
-On a machine without the GPU, `kforge xcompile PKG` runs each kernel's `launch` on meta tensors
+Each target answers how (Target.cross_compile): cuda here, with the local Triton; xpu in an
+environment of its own with `triton-xpu` (kforge.targets.xpu_env, kforge/targets/_xpu_worker.py,
+which follows the same steps with that Triton and reports SPIR-V size and DPAS use).
+
+For cuda, on a machine without the GPU, `kforge xcompile PKG` runs each kernel's `launch` on meta tensors
 with Triton's launcher replaced by a compile for the target architecture (Triton's own argument
 binder and specialization, then `triton.compile` for `GPUTarget("cuda", 90, 32)`, i.e. H100 /
 H200), and reports per kernel: whether the matrix products became Hopper `wgmma`, registers,
@@ -28,7 +32,7 @@ class KernelReport:
     name: str
     ok: bool
     error: str = ""
-    mma: str = ""                 # "wgmma" (Hopper), "mma.sync" (Ampere-style), "" (none)
+    mma: str = ""                 # "wgmma" (Hopper), "mma.sync" (Ampere-style), "dpas" (Intel)
     registers: int | None = None
     spill_stores: int | None = None
     spill_loads: int | None = None
@@ -37,6 +41,11 @@ class KernelReport:
     num_stages: int | None = None
     compile_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    spirv_bytes: int | None = None    # xpu: size of the SPIR-V module
+    block_io: bool = False            # xpu: 2D block loads used
+    threads_per_warp: int | None = None   # xpu: the sub-group size compiled for
+    grf_mode: str | None = None       # xpu: "large" = 256 registers a thread
+    compiler: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -171,26 +180,46 @@ def compile_candidate(source: str, spec, arch: int = 90, dynamic_size: int = 8,
                           arch, name=name, weights=sig.weight_indices)
 
 
-def compile_package(pkg: str | os.PathLike, arch: int = 90,
-                    dynamic_size: int = 1024) -> dict[str, list[KernelReport]]:
-    """compile_source for every kernel of a package (dynamic dimensions at `dynamic_size`)."""
-    from kforge.package import open_package, read_manifest
-    package = open_package(pkg)
-    try:
-        import triton.backends.nvidia.compiler  # noqa: F401
-        from triton.compiler import make_backend  # noqa: F401
-    except Exception as exc:   # noqa: BLE001
-        raise UserError(f"this Triton ({_triton_version()}) has no NVIDIA backend to compile "
-                        f"with: {exc}") from None
-    if package.target not in ("cuda",):
-        raise UserError(f"{package.root} targets {package.target}; `kforge xcompile` compiles "
-                        "cuda packages for an NVIDIA architecture")
-    manifest = read_manifest(package.root)
-    out = {}
-    for h, entry in manifest["kernels"].items():
+def candidate_job(source: str, spec, dynamic_size: int = 8, name: str = "candidate") -> dict:
+    """A compile job (see Target.cross_compile) for one candidate of a region."""
+    sig = signature_of(spec)
+    return {"name": name, "source": source, "weights": tuple(sig.weight_indices),
+            "args": [(list(a.concrete(dynamic_size)), a.dtype) for a in sig.args]}
+
+
+def package_jobs(package, dynamic_size: int = 1024) -> dict[str, dict]:
+    """One compile job (see Target.cross_compile) per kernel of an opened package."""
+    from kforge.package import read_manifest
+    jobs = {}
+    for h, entry in read_manifest(package.root)["kernels"].items():
         spec = package.specs.get(h)
         if spec is None:
             continue
-        source = (package.root / entry["source"]).read_text()
-        out[h] = compile_candidate(source, spec, arch, dynamic_size, name=f"region_{h}")
-    return out
+        sig = signature_of(spec)
+        jobs[h] = {"name": f"region_{h}", "source": (package.root / entry["source"]).read_text(),
+                   "args": [(list(a.concrete(dynamic_size)), a.dtype) for a in sig.args],
+                   "weights": tuple(sig.weight_indices)}
+    return jobs
+
+
+def compile_package(pkg: str | os.PathLike, target: str | None = None,
+                    dynamic_size: int = 1024) -> dict[str, list[KernelReport]]:
+    """Every kernel of a package compiled for `target` (cuda:sm_90, xpu:bmg, ...; default: the
+    package's own target and architecture), dynamic dimensions at `dynamic_size`."""
+    from kforge.package import open_package
+    from kforge.targets import get_target
+    package = open_package(pkg)
+    recorded = package.meta.get("arch")
+    if target is None:
+        target = f"{package.target}:{recorded}" if recorded else package.target
+    tgt = get_target(target)
+    if tgt.name != package.target:
+        raise UserError(f"{package.root} was compiled for {package.target}; its kernels are "
+                        f"{package.target} kernels, so compile it for {package.target}[:ARCH], "
+                        f"not {target} (or compile the model again with --target {target})")
+    if tgt.name == "cuda" and not tgt.can_cross_compile():
+        raise UserError(f"this Triton ({_triton_version()}) has no NVIDIA backend to compile "
+                        "with")
+    jobs = package_jobs(package, dynamic_size)
+    reports = tgt.cross_compile(list(jobs.values()))
+    return dict(zip(jobs, reports))

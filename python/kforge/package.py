@@ -529,8 +529,9 @@ def compile_regions(regions_dir: str | os.PathLike, pkg: str | os.PathLike, opti
     pkg = Path(pkg)
     pkg.mkdir(parents=True, exist_ok=True)
     copy_regions(Path(regions_dir), pkg)
-    meta = {"target": options.target, "precision": options.precision,
-            "provider": options.provider, **(extra_meta or {})}
+    from kforge.targets import get_target
+    meta = {"target": options.target, "arch": get_target(options.target).arch,   # cuda: sm_90
+            "precision": options.precision, "provider": options.provider, **(extra_meta or {})}
     if model_path:
         model_path = Path(model_path)
         if model_path.resolve() != (pkg / "model.py").resolve():

@@ -48,10 +48,9 @@ class Peaks:
 
 
 # DESIGN.md, "Precision policies": measured on an H200 (2026-11); the cuda target holds them.
-DESIGN_H200 = Peaks(fp32_tflops=CudaTarget.peaks.fp32 / 1e12,
-                    tf32_tflops=CudaTarget.peaks.tf32 / 1e12,
-                    bf16_tflops=CudaTarget.peaks.bf16 / 1e12,
-                    bandwidth_tbs=CudaTarget.peaks.bytes_per_s / 1e12,
+_H200 = CudaTarget.archs["sm_90"].peaks
+DESIGN_H200 = Peaks(fp32_tflops=_H200.fp32 / 1e12, tf32_tflops=_H200.tf32 / 1e12,
+                    bf16_tflops=_H200.bf16 / 1e12, bandwidth_tbs=_H200.bytes_per_s / 1e12,
                     source="table", details="DESIGN.md table: H200, 2026-11")
 
 

@@ -9,7 +9,7 @@ in a prompt.
 from __future__ import annotations
 
 from kforge.errors import UserError
-from kforge.targets.base import Peaks, Target
+from kforge.targets.base import Arch, Peaks, Target
 
 _TARGETS = {
     "cuda": "kforge.targets.cuda:CudaTarget",
@@ -19,11 +19,15 @@ _TARGETS = {
 
 
 def get_target(name: str, **kwargs) -> Target:
-    """The target called `name` (cuda | xpu | cpu)."""
+    """The target called `name`: a backend (cuda | xpu | cpu) at its default architecture, or
+    `backend:arch` (cuda:sm_90, xpu:bmg, xpu:pvc)."""
     if isinstance(name, Target):
         return name
+    backend, _, arch = str(name).partition(":")
+    if arch:
+        kwargs["arch"] = arch
     try:
-        path = _TARGETS[name]
+        path = _TARGETS[backend]
     except KeyError:
         raise UserError(f"unknown target {name!r}: choose one of {', '.join(_TARGETS)}") from None
     import importlib
@@ -35,4 +39,10 @@ def target_names() -> tuple[str, ...]:
     return tuple(_TARGETS)
 
 
-__all__ = ["Target", "Peaks", "get_target", "target_names"]
+def split_target(name: str) -> tuple[str, str | None]:
+    """("xpu", "bmg") for "xpu:bmg" after checking both; ("xpu", None) for "xpu"."""
+    target = get_target(name)
+    return target.name, (target.arch if ":" in str(name) else None)
+
+
+__all__ = ["Arch", "Target", "Peaks", "get_target", "split_target", "target_names"]

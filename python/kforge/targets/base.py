@@ -1,10 +1,13 @@
 """The Target interface and what all targets share."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
+
+from kforge.errors import UserError
 
 # Kernel kinds the builtin provider generates (see docs/builtin-provider.md)
 KERNEL_KINDS = ("elementwise", "rows", "gemm")
@@ -32,6 +35,19 @@ class Peaks:
         return max(compute, memory) * 1000
 
 
+@dataclass(frozen=True)
+class Arch:
+    """One architecture of a backend, like the `arch` of Triton's GPUTarget, with what the
+    builtin and the roofline need to know about the device."""
+    name: str                   # "sm_90", "pvc", "bmg": what `--target BACKEND:NAME` spells
+    device: str                 # the device this project assumes for it
+    compute_units: int          # SMs (NVIDIA), Xe cores (Intel)
+    peaks: Peaks
+    shared_bytes: int           # shared memory / SLM per block
+    properties: dict = field(default_factory=dict)   # the backend compiler's device properties
+    source: str = ""            # where the figures come from
+
+
 # Math functions that every Triton backend, the interpreter included, implements in core
 # `tl`. Values are format strings over the operands.
 CORE_MATH = {
@@ -46,14 +62,75 @@ CORE_MATH = {
 
 
 class Target:
-    """One backend. Subclasses set the class attributes and override what differs."""
-    name: str = "target"
+    """One backend at one architecture: `Target(arch)` is Triton's GPUTarget(backend, arch,
+    warp_size) plus the answers KForge needs from the vendor (is it here, how to time, its
+    peaks, how to cross-compile for it, the builtin's configurations). Subclasses set the class
+    attributes and override what differs."""
+    name: str = "target"                # the backend: cuda | xpu | cpu
     device: str = "cpu"                 # torch device string
     interpreter: bool = False           # kernels run in the Triton interpreter
-    peaks: Peaks = Peaks(1e11, 1e11, 1e11, 2e10)
+    warp_size: int = 1                  # threads per warp (NVIDIA) / sub-group (Intel)
+    archs: dict = {}                    # name -> Arch; the first is the default
     bf16_dot_ok: bool = True            # False where bf16 tl.dot gives wrong results
     math_imports: str = ""              # import lines the math spellings below need
     extra_math: dict = {}               # op -> format string, beyond CORE_MATH
+
+    def __init__(self, arch: str | None = None):
+        # `kforge compile --target xpu:bmg` sets KFORGE_XPU_ARCH for the whole process tree
+        # (verifier workers included), since stages pass targets by backend name
+        arch = arch or os.environ.get(f"KFORGE_{self.name.upper()}_ARCH") or next(iter(self.archs))
+        if arch not in self.archs:
+            raise UserError(f"unknown architecture {arch!r} for target {self.name}: choose one "
+                            f"of {', '.join(self.archs)}")
+        self.arch = arch
+
+    @property
+    def arch_info(self) -> Arch:
+        return self.archs[self.arch]
+
+    @property
+    def peaks(self) -> Peaks:
+        return self.arch_info.peaks
+
+    @property
+    def compute_units(self) -> int:
+        return self.arch_info.compute_units
+
+    @property
+    def label(self) -> str:
+        """`backend:arch`, as packages record it and `--target` accepts it."""
+        return f"{self.name}:{self.arch}"
+
+    # -- the device -----------------------------------------------------------------------
+    def available(self) -> bool:
+        """A device of this backend is visible to torch here."""
+        return True
+
+    def device_name(self) -> str:
+        """The device's own name where it is here, else the architecture's assumed device."""
+        return self.arch_info.device
+
+    # -- cross-compiling ------------------------------------------------------------------
+    def can_cross_compile(self) -> bool:
+        """Kernels can be compiled here for this target's architecture (no device needed)."""
+        return False
+
+    def cross_compile(self, jobs: list[dict]) -> list[list]:
+        """Compile kernel sources for this architecture. jobs: {"name", "source", "args":
+        [(shape, dtype)], "weights": argument indices}; one list of
+        kforge.crosscompile.KernelReport per job."""
+        raise UserError(f"target {self.name} has nothing to cross-compile: its kernels run "
+                        "in the Triton interpreter")
+
+    def screens_candidates(self) -> bool:
+        """The builtin compiles its candidates for this target before proposing them: the
+        device is absent and the compiler is here (KFORGE_XCOMPILE=0 turns it off)."""
+        return (os.environ.get("KFORGE_XCOMPILE", "1") != "0" and not self.available()
+                and self.can_cross_compile())
+
+    def launch_options(self, config: dict) -> dict:
+        """Backend-specific launch keywords that a builtin configuration carries."""
+        return {}
 
     # -- precision ------------------------------------------------------------------------
     def dot_input_precisions(self, policy: str) -> tuple[str | None, ...]:
@@ -100,7 +177,7 @@ class Target:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"<Target {self.name}>"
+        return f"<Target {self.label}>"
 
 
 def pow2_at_least(n: int) -> int:

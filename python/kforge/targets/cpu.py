@@ -4,7 +4,7 @@ gives wrong results in the interpreter: bf16 operands are rounded to bf16 and th
 in fp32. The interpreter implements only core tl math: other functions are spelled with it."""
 from __future__ import annotations
 
-from kforge.targets.base import Peaks, Target, pow2_at_least
+from kforge.targets.base import Arch, Peaks, Target, pow2_at_least
 
 _FORMULAS = {
     "math.tanh": "(2.0 / (1.0 + tl.exp(-2.0 * {0})) - 1.0)",
@@ -22,7 +22,9 @@ class CpuTarget(Target):
     name = "cpu"
     device = "cpu"
     interpreter = True
-    peaks = Peaks(fp32=1e11, tf32=1e11, bf16=1e11, bytes_per_s=2e10)   # nominal
+    archs = {"interpreter": Arch("interpreter", "Triton interpreter (cpu)", 1,
+                                 Peaks(fp32=1e11, tf32=1e11, bf16=1e11, bytes_per_s=2e10),
+                                 shared_bytes=1 << 30, source="nominal")}
     bf16_dot_ok = False
     extra_math = _FORMULAS
 

@@ -3,7 +3,16 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kforge.targets.base import Peaks, Target, pow2_at_least
+from kforge.targets.base import Arch, Peaks, Target, pow2_at_least
+
+ARCHS = {
+    "sm_90": Arch("sm_90", "NVIDIA H200", 132,
+                  Peaks(fp32=51e12, tf32=408e12, bf16=786e12, bytes_per_s=4.28e12),
+                  shared_bytes=227 * 1024, source="measured on the H200 (2026-11)"),
+    "sm_80": Arch("sm_80", "NVIDIA A100-SXM4", 108,
+                  Peaks(fp32=19.5e12, tf32=156e12, bf16=312e12, bytes_per_s=2.04e12),
+                  shared_bytes=163 * 1024, source="A100 datasheet (not measured)"),
+}
 
 _LIBDEVICE = {
     "math.tanh": "libdevice.tanh({0})", "math.expm1": "libdevice.expm1({0})",
@@ -16,7 +25,7 @@ _LIBDEVICE = {
 }
 
 
-def gemm_configs(problem: dict, bf16: bool) -> list[dict]:
+def gemm_configs(problem: dict, bf16: bool, compute_units: int) -> list[dict]:
     """Tile shapes for Hopper: BLOCK_M a multiple of 64 and 4/8 warps so that tl.dot lowers to
     wgmma; larger K tiles for 2-byte operands. Split-K for skinny problems."""
     M, N, K = problem["M"], problem["N"], problem["K"]
@@ -41,11 +50,11 @@ def gemm_configs(problem: dict, bf16: bool) -> list[dict]:
         out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
                     "SPLIT_K": 1, "num_warps": w, "num_stages": s})
     tiles_mn = -(-M // 128) * -(-N // 128) * problem.get("batch", 1)
-    if tiles_mn < 132 and K >= 4096 and not problem.get("reductions"):   # fewer tiles than SMs
+    if tiles_mn < compute_units and K >= 4096 and not problem.get("reductions"):   # < SMs
         split = [{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64 if bf16 else 32, "GROUP_M": 8,
                   "SPLIT_K": sk, "num_warps": 4, "num_stages": 4} for sk in (4, 8, 2)]
         # far fewer tiles than SMs: split-K first
-        out = split + out if tiles_mn <= 66 else out + split
+        out = split + out if tiles_mn <= compute_units // 2 else out + split
     seen, uniq = set(), []
     for c in out:
         key = tuple(sorted(c.items()))
@@ -87,7 +96,8 @@ def elementwise_configs(problem: dict) -> list[dict]:
 class CudaTarget(Target):
     name = "cuda"
     device = "cuda"
-    peaks = Peaks(fp32=51e12, tf32=408e12, bf16=786e12, bytes_per_s=4.28e12)   # H200, measured
+    warp_size = 32
+    archs = ARCHS
     bf16_dot_ok = True
     math_imports = "from triton.language.extra import libdevice"
     extra_math = _LIBDEVICE
@@ -97,6 +107,32 @@ class CudaTarget(Target):
         # scheme on the H200 (benchmarks/gemm); tf32x3 and bf16x6 are Triton's built-ins
         return {"strict": ("3xtf32", "tf32x3", "bf16x6"), "tf32": ("tf32",),
                 "bf16": (None,)}[policy]
+
+    @property
+    def sm(self) -> int:
+        """The compute capability x10 (90 for sm_90), as Triton's GPUTarget takes it."""
+        return int(self.arch.removeprefix("sm_"))
+
+    def available(self) -> bool:
+        import torch
+        # a ROCm build of PyTorch reports its AMD GPUs as "cuda" too
+        return torch.cuda.is_available() and getattr(torch.version, "hip", None) is None
+
+    def device_name(self) -> str:
+        import torch
+        return torch.cuda.get_device_name() if self.available() else self.arch_info.device
+
+    def can_cross_compile(self) -> bool:
+        try:
+            import triton.backends.nvidia.compiler  # noqa: F401
+            return True
+        except Exception:   # noqa: BLE001 - a Triton without the NVIDIA backend
+            return False
+
+    def cross_compile(self, jobs: list[dict]) -> list[list]:
+        from kforge.crosscompile import compile_source
+        return [compile_source(j["source"], j["args"], self.sm, name=j["name"],
+                               weights=tuple(j.get("weights", ()))) for j in jobs]
 
     def time_ms(self, fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> float:
         import triton.testing
@@ -108,15 +144,18 @@ class CudaTarget(Target):
 
     def configs(self, kind: str, problem: dict) -> list[dict]:
         if kind == "gemm":
-            return gemm_configs(problem, problem.get("precision") == "bf16")
+            return gemm_configs(problem, problem.get("precision") == "bf16", self.compute_units)
         if kind == "rows":
             return row_configs(problem)
         return elementwise_configs(problem)
 
     def describe(self) -> str:
-        return ("Target cuda: NVIDIA H200 (sm_90, 132 SMs, 141 GB HBM3e). Measured peaks: fp32 "
-                "51 TFLOP/s, TF32 408, bf16 786, 4.28 TB/s. tl.dot lowers to wgmma when "
-                "BLOCK_M is a multiple of 64 and num_warps is 4 or 8; fp32-accurate products "
+        a, p = self.arch_info, self.peaks
+        mma = ("tl.dot lowers to wgmma when BLOCK_M is a multiple of 64 and num_warps is 4 or 8"
+               if self.sm >= 90 else "tl.dot lowers to mma.sync")
+        return (f"Target cuda: {a.device} ({a.name}, {a.compute_units} SMs). Peaks ({a.source}): "
+                f"fp32 {p.fp32 / 1e12:.0f} TFLOP/s, TF32 {p.tf32 / 1e12:.0f}, bf16 "
+                f"{p.bf16 / 1e12:.0f}, {p.bytes_per_s / 1e12:.2f} TB/s. {mma}; fp32-accurate products "
                 "use input_precision='tf32x3' (or 'bf16x6'); bf16 operands with fp32 "
                 "accumulation are the fastest path. Kernels are timed with "
                 "triton.testing.do_bench. Math beyond core tl is in "

@@ -85,26 +85,22 @@ XCOMPILE_TRIES = 4     # configurations compiled for the absent GPU before givin
 
 
 def _screen_here(target) -> bool:
-    """Compile candidates for the target's GPU before proposing them: a cuda target on a
-    machine without a CUDA device (cross-compiling), unless KFORGE_XCOMPILE=0."""
-    import os
-    if target.name != "cuda" or os.environ.get("KFORGE_XCOMPILE", "1") == "0":
-        return False
+    """Compile candidates for the target's GPU before proposing them: where its device is
+    absent and its compiler is here (Target.screens_candidates), unless KFORGE_XCOMPILE=0."""
     try:
-        import torch
-        return not torch.cuda.is_available()
-    except Exception:   # noqa: BLE001
+        return target.screens_candidates()
+    except Exception:   # noqa: BLE001 - the screen must never stop a compile
         return False
 
 
 def _screened(spec, target, precision: str, eligible: list[dict], want: int,
               shape: RegionShape) -> list[Candidate]:
     """Where the GPU is absent nothing can be timed, but everything can be compiled for it
-    (kforge.crosscompile): propose, in the usual order, configurations whose kernels compile
-    for sm_90 without register spills; after XCOMPILE_TRIES without one, the first in order.
-    The screen's finding goes into the candidate's notes."""
-    from kforge.crosscompile import compile_candidate
-    arch = getattr(target, "sm", 90)
+    (Target.cross_compile): propose, in the usual order, configurations whose kernels compile
+    for the target's architecture without register spills (where the compiler reports them);
+    after XCOMPILE_TRIES without one, the first in order. The screen's finding goes into the
+    candidate's notes."""
+    from kforge.crosscompile import candidate_job
     if shape.kind == "gemm" and precision in ("bf16", "tf32"):
         # the more accurate schemes are for a rejected kernel, not for a spill
         schemes = gemm_input_precisions(spec, target, precision, shape)
@@ -118,15 +114,20 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
             continue
         cand = found[0]
         try:
-            reports = compile_candidate(cand.source, spec, arch, name=f"r{spec.hash}")
+            reports = target.cross_compile([candidate_job(cand.source, spec,
+                                                          name=f"r{spec.hash}")])[0]
         except Exception:   # noqa: BLE001 - the screen must never stop a compile
             return candidates(spec, target, precision, eligible[:want])
         spills = sum((r.spill_stores or 0) for r in reports)
         errors = [r for r in reports if not r.ok]
-        what = (f"sm_{arch} compile (local Triton): " + (
+        mma = next((r.mma for r in reports if r.mma), "")
+        what = f"{target.label} compile ({reports[0].compiler or 'local Triton'}): " + (
             f"{len(errors)} kernel(s) failed: {errors[0].error.splitlines()[0][:160]}" if errors
-            else f"wgmma {'yes' if any(r.mma == 'wgmma' for r in reports) else 'no'}, registers "
-                 f"{max((r.registers or 0) for r in reports)}, spills {spills} bytes"))
+            else f"matrix unit {mma or 'none'}" + (
+                f", registers {max((r.registers or 0) for r in reports)}, spills {spills} bytes"
+                if any(r.registers is not None for r in reports) else
+                f", SPIR-V {sum(r.spirv_bytes or 0 for r in reports)} bytes, registers not "
+                "reported"))
         cand = Candidate(cand.id, cand.provider, cand.source, cand.config,
                          notes=f"{cand.notes}; {what}")
         if not errors and spills == 0:

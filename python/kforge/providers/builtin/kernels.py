@@ -196,6 +196,7 @@ class Kernel:
     num_warps: int
     num_stages: int | None = None
     comment: str = ""
+    options: dict = field(default_factory=dict)     # backend launch keywords (xpu: grf_mode)
 
     def source(self) -> str:
         sig = ", ".join(self.params + [f"{k}: tl.constexpr" for k in self.constexprs])
@@ -209,6 +210,7 @@ class Kernel:
         opts = f", num_warps={self.num_warps}"
         if self.num_stages is not None:
             opts += f", num_stages={self.num_stages}"
+        opts += "".join(f", {k}={v!r}" for k, v in self.options.items())
         return f"{self.name}[{self.grid}]({args}{opts})"
 
 
@@ -250,7 +252,7 @@ class _Builder:
 
     def finish(self, em: Emitter, name: str, outputs: list[str], constexprs: dict, lines,
                grid: str, num_warps: int, num_stages=None, comment: str = "",
-               out_params: dict | None = None) -> Kernel:
+               out_params: dict | None = None, options: dict | None = None) -> Kernel:
         for t, how in em.loads.items():
             self.dot_loads.setdefault(t, set()).update(how)
         self.math_used |= em.math_used
@@ -263,7 +265,7 @@ class _Builder:
             params.append((out_params or {}).get(o, f"{o}_out"))
             tensors.append(o)
         k = Kernel(name, params, tensors, constexprs, lines, grid, num_warps, num_stages,
-                   comment)
+                   comment, dict(options or {}))
         self.kernels.append(k)
         return k
 
@@ -752,6 +754,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
                                 "GROUP_M": config["GROUP_M"]}, root.lines,
                  _gemm_grid(M, N, BM, BN, batch if con.batch else None, split_k),
                  config["num_warps"], config.get("num_stages"),
+                 options=b.target.launch_options(config),
                  comment=f"split-K partial products ({split_k} slices of K={K}) of {op.name}"
                  + (f"; products: {impl}" if impl else ""))
         b.kernels[-1].params.append(ws)
@@ -778,6 +781,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
                                  "GROUP_M": config["GROUP_M"]}, root.lines,
              _gemm_grid(M, N, BM, BN, batch if con.batch else None, 1),
              config["num_warps"], config.get("num_stages"),
+             options=b.target.launch_options(config),
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
              + (f"; products: {impl}" if impl else "")
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")

@@ -1,0 +1,127 @@
+"""Intel XPU kernels compiled for real: the builtin's kernels, an example and the small zoo
+models, compiled to SPIR-V by `triton-xpu` in its own environment (kforge.targets.xpu_env; made
+on first use with pip from PyPI, then reused), with DPAS in every GEMM. No Intel GPU is here:
+what runs is the compiler, not the kernels."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kforge.crosscompile import candidate_job, compile_package
+from kforge.errors import UserError
+from kforge.providers.builtin import candidates
+from kforge.spec import load_spec
+from kforge.targets import get_target, xpu_env
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = Path(__file__).parent / "fixtures" / "specs"
+ZOO = REPO / "benchmarks" / "models"
+
+
+@pytest.fixture(scope="module")
+def xpu_ready():
+    """The xpu environment, made here where it is missing (a fresh CI machine)."""
+    xpu_env.ensure(progress=lambda m: print(m, file=sys.stderr))
+    return True
+
+
+def test_targets_are_backend_and_arch():
+    assert get_target("xpu").label == "xpu:pvc" and get_target("xpu:bmg").compute_units == 20
+    assert get_target("cuda").label == "cuda:sm_90" and get_target("cuda").compute_units == 132
+    assert get_target("cuda:sm_80").peaks.bf16 < get_target("cuda").peaks.bf16
+    with pytest.raises(UserError, match="unknown architecture 'sm_00'.*sm_90"):
+        get_target("cuda:sm_00")
+    with pytest.raises(UserError, match="unknown target 'hip:gfx942': choose one of cuda, xpu, cpu"):
+        get_target("hip:gfx942")
+
+
+def test_unmakeable_environment_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KFORGE_XPU_VENV", str(blocker / "venv"))   # under a plain file
+    assert not xpu_env.ready()
+    with pytest.raises(UserError, match="could not make the xpu compile environment"):
+        xpu_env.ensure()
+
+
+@pytest.mark.parametrize("target,policy", [("xpu:pvc", "strict"), ("xpu:pvc", "tf32"),
+                                           ("xpu:pvc", "bf16"), ("xpu:bmg", "bf16")])
+def test_builtin_gemm_compiles_to_spirv_with_dpas(xpu_ready, target, policy, monkeypatch):
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")           # the configuration as the space orders it
+    spec = load_spec(SPECS / "matmul_bias_relu.json")
+    cand = candidates(spec, target, policy)[0]
+    assert "grf_mode='large'" in cand.source             # Intel's large-tile GEMM setting
+    [reports] = get_target(target).cross_compile([candidate_job(cand.source, spec, name="t")])
+    assert reports and all(r.ok for r in reports), [r.error for r in reports]
+    gemm = [r for r in reports if r.name.endswith("_gemm")]
+    assert gemm and all(r.mma == "dpas" and r.threads_per_warp == 16 for r in gemm)
+    assert all(r.spirv_bytes > 1000 and r.grf_mode == "large" for r in gemm)
+    assert reports[0].compiler.startswith("triton-xpu 3.3")
+
+
+def test_compile_errors_are_reported_per_kernel(xpu_ready):
+    spec = load_spec(SPECS / "layer_norm.json")
+    good = candidates(spec, "xpu", "strict")[0]
+    bad = good.source.replace("tl.reduce(", "tl.reduce_nope(", 1)
+    assert bad != good.source
+    target = get_target("xpu")
+    ok, broken, unloadable = target.cross_compile(
+        [candidate_job(good.source, spec, name="ok"), candidate_job(bad, spec, name="bad"),
+         {"name": "syntax", "source": "def launch(:", "args": []}])
+    assert all(r.ok and r.mma == "" for r in ok)
+    assert not all(r.ok for r in broken) and "reduce_nope" in " ".join(r.error for r in broken)
+    assert not unloadable[0].ok and "does not load" in unloadable[0].error
+
+
+def _compile_for_xpu(model: Path, pkg: Path):
+    from kforge.build import compile_model
+    from kforge.synth import SynthOptions
+    compile_model(model, pkg, SynthOptions(target="xpu", precision="strict", rounds=0))
+    assert json.loads((pkg / "package.json").read_text())["arch"] == "pvc"
+
+
+def _assert_all_spirv_with_dpas(report: dict, model: str):
+    kernels = [k for ks in report.values() for k in ks]
+    assert kernels, model
+    assert all(k.ok and k.spirv_bytes for k in kernels), \
+        (model, [(k.name, k.error[:300]) for k in kernels if not k.ok])
+    gemms = [k.name for k in kernels if k.name.endswith("_gemm")]
+    assert all(k.mma == "dpas" for k in kernels if k.name.endswith("_gemm")), (model, gemms)
+    return gemms
+
+
+def test_example_compiles_for_xpu_and_xcompile_reports_it(xpu_ready, tmp_path, kforge_opt,
+                                                          monkeypatch):
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")           # candidates as ordered; compiled below
+    pkg = tmp_path / "pkg"
+    _compile_for_xpu(REPO / "examples" / "mlp_gelu.py", pkg)
+    assert _assert_all_spirv_with_dpas(compile_package(pkg), "mlp_gelu")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "kforge.cli", "xcompile", str(pkg), "--target",
+                           "xpu:bmg", "--json", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dpas" in proc.stdout and "failed to compile for xpu:bmg" in proc.stdout
+    doc = json.loads((tmp_path / "x.json").read_text())
+    assert all(k["ok"] and k["spirv_bytes"] for ks in doc.values() for k in ks)
+    wrong = subprocess.run([sys.executable, "-m", "kforge.cli", "xcompile", str(pkg), "--target",
+                            "cuda"], capture_output=True, text=True, env=env, timeout=300)
+    assert wrong.returncode != 0 and "compiled for xpu" in wrong.stderr + wrong.stdout
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in ZOO.glob("*.py")
+                                        if not p.name.startswith("_")))
+def test_zoo_model_kernels_compile_for_xpu_with_dpas(xpu_ready, name, tmp_path, kforge_opt,
+                                                     monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("KFORGE_ZOO_SIZE", "small")
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")
+    pkg = tmp_path / "pkg"
+    _compile_for_xpu(ZOO / f"{name}.py", pkg)
+    gemms = _assert_all_spirv_with_dpas(compile_package(pkg), name)
+    assert gemms, f"{name}: no GEMM kernel"
