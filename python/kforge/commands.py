@@ -229,11 +229,16 @@ def cmd_xcompile(args) -> int:
     target = args.target
     if args.arch is not None:                       # the older spelling: --arch 90
         target = f"cuda:sm_{args.arch}"
-    if target and target.startswith("xpu"):
+    if not target:
+        from kforge.package import open_package
+        meta = open_package(args.package).meta
+        target = f"{meta.get('target', 'cpu')}:{meta['arch']}" if meta.get("arch") \
+            else meta.get("target", "cpu")
+    label = get_target(target).label
+    if label.startswith("xpu:"):
         from kforge.targets import xpu_env
         xpu_env.ensure(progress=lambda m: print(m, file=sys.stderr))
     report = compile_package(args.package, target=target)
-    label = get_target(target).label if target else "the package's target"
     bad = 0
     print(f"{'region':16s} {'kernel':44s} {'ok':3s} {'mma':8s} {'regs':>4s} {'spill':>6s} "
           f"{'smem KB':>7s} {'SPIR-V KB':>9s} {'warps':>5s} {'s':>5s}")

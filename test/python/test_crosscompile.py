@@ -84,5 +84,5 @@ def test_kforge_xcompile_command(tmp_path, repo_root):
     proc = subprocess.run(env_py + ["xcompile", str(pkg), "--json", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "wgmma" in proc.stdout and "0 failed to compile for sm_90" in proc.stdout
+    assert "wgmma" in proc.stdout and "0 failed to compile for cuda:sm_90" in proc.stdout
     assert (tmp_path / "x.json").read_text().count('"ok": true') >= 1

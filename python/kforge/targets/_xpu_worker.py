@@ -41,6 +41,13 @@ def _stand_in_arch_parser(arch: str) -> None:
     globs["compile_module_from_src"] = compile_module_from_src
 
 
+def _clip(message: str, keep: int = 2000) -> str:
+    """Triton's CompilationError puts the source first and the cause last: keep both ends."""
+    if len(message) <= keep:
+        return message
+    return message[:keep // 4] + "\n...\n" + message[-(3 * keep) // 4:]
+
+
 def _report(name, kwargs):
     return {"name": name, "ok": False, "error": "", "mma": "", "spirv_bytes": None,
             "block_io": False, "registers": None, "spill_stores": None, "spill_loads": None,
@@ -97,7 +104,9 @@ def main() -> int:
                                     "finalized on the device (or by ocloc), not here")
                 rep["ok"] = True
             except Exception as exc:   # noqa: BLE001 - reported per kernel
-                rep["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
+                cause = f"\ncaused by {type(exc.__cause__).__name__}: {exc.__cause__}" \
+                    if exc.__cause__ is not None else ""
+                rep["error"] = f"{type(exc).__name__}: {_clip(str(exc).strip() + cause)}"
             rep["compile_s"] = round(time.perf_counter() - t0, 2)
             return None
 
