@@ -14,18 +14,23 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
             out: str | os.PathLike | None = None, dynamic_batch: bool = False,
             cache_mode: str = "use", cache_dir: str | os.PathLike | None = None,
             rounds: int = 2, time_budget: float | None = None,
-            provider_options: dict | None = None, progress: bool = False):
+            provider_options: dict | None = None, progress: bool = False,
+            workers=None, gpu_share: int = 1):
     """Compile a live module into verified Triton kernels; returns a callable bound to the
     module's own weights (a kforge.runtime.CompiledModel; `.package` is the package on disk).
 
     `out`: the package directory (default: a directory in the kernel cache named after the
-    model's class, target and policy)."""
+    model's class, target and policy).
+    `workers`: where regions are synthesized, as `kforge compile --workers` takes it ("local",
+    "local:4", "ray", "ray://head:10001", ...) or a kforge.workers.Executor; `gpu_share`: region
+    tasks per GPU on a Ray cluster (docs/scale-out.md)."""
     from kforge.runtime import load_package, use_interpreter
     use_interpreter(target == "cpu")         # before anything imports triton
     from kforge.cache import KernelCache, default_root
     from kforge.build import compile_model
     from kforge.package import RichProgress
     from kforge.synth import SynthOptions
+    from kforge.workers import use_workers
     if out is None:
         tag = hashlib.sha256(f"{type(model).__module__}.{type(model).__qualname__}|"
                              f"{[tuple(t.shape) for t in example_inputs]}|{target}|{precision}|"
@@ -38,9 +43,11 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
     was_training = model.training
     model.eval()
     try:
-        report = compile_model(model, out, options, cache=cache, dynamic_batch=dynamic_batch,
-                               example_inputs=tuple(example_inputs),
-                               progress=RichProgress() if progress else None)
+        with use_workers(workers, gpu_share=gpu_share):
+            report = compile_model(model, out, options, cache=cache,
+                                   dynamic_batch=dynamic_batch,
+                                   example_inputs=tuple(example_inputs),
+                                   progress=RichProgress() if progress else None)
     finally:
         model.train(was_training)
     compiled = load_package(out, module=model, target=target)

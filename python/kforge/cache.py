@@ -10,11 +10,18 @@ file in the same directory, then rename), so a killed compile leaves either the 
 new one. Each entry carries a checksum of its payload; an entry that does not parse or whose
 checksum does not match is reported, removed and recomputed.
 
+Workers on several machines share one cache directory (on shared storage; kforge.workers).
+No two of them write the same entry: a worker holds the entry's claim (`claim`, a POSIX lock
+on `<digest>.lock` beside it, which the kernel drops if the worker dies) while it synthesizes;
+a second worker waits for it, then reads the entry the first one wrote.
+
 Modes: "use" (read and write), "only" (`--cache-only`: a miss is an error: reproducible builds
 that never synthesize), "refresh" (ignore what is there, write new results), "off".
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -176,6 +183,42 @@ class KernelCache:
         path = self.path(key)
         atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True))
         return path
+
+    def put_missing(self, key: CacheKey, entry: CacheEntry) -> bool:
+        """Write `entry` unless the cache holds it already (a worker wrote it to this same,
+        shared directory). Returns whether it wrote."""
+        if self.mode == "off":
+            return False
+        path = self.path(key)
+        if path.is_file():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                have = KernelCache(self.root, "use")._read(path, key)
+            if have is not None and \
+                    _canonical(have.to_json()) == _canonical(entry.to_json()):
+                return False
+        self.put(key, entry)
+        return True
+
+    @contextlib.contextmanager
+    def claim(self, key: CacheKey):
+        """Hold the right to synthesize and write `key`'s entry for the block. Waits while
+        another process holds it; the lock goes with the holder's process if it dies. POSIX
+        locks (lockf) also hold across hosts on NFS."""
+        if self.mode == "off":
+            yield
+            return
+        path = self.path(key).with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -64,6 +64,16 @@ def _synth_flags(p: argparse.ArgumentParser) -> None:
                    help="kernel cache directory (default $KFORGE_CACHE or ~/.cache/kforge)")
 
 
+def _workers_flags(p: argparse.ArgumentParser) -> None:
+    from kforge.workers import WORKERS_HELP
+    p.add_argument("--workers", default=None, metavar="local[:N]|ray[://ADDRESS]",
+                   help=WORKERS_HELP + "; docs/scale-out.md")
+    p.add_argument("--gpu-share", type=int, default=1, metavar="K",
+                   help="with --workers ray on GPUs: up to K region tasks per GPU, each admitted "
+                        "by the GPU's free memory; timed runs still have the GPU alone "
+                        "(default 1: a GPU per task)")
+
+
 def _options(args):
     from kforge.providers.registry import parse_option
     from kforge.synth import SynthOptions
@@ -100,10 +110,12 @@ def cmd_compile(args) -> int:
     model = args.model
     if not (Path(model).is_file() or ":" in model):
         raise UserError(f"{model}: no such model file")
+    from kforge.workers import use_workers
     started = time.monotonic()
-    doc = compile_model(model, args.output, _options(args), cache=_cache(args),
-                        dynamic_batch=args.dynamic_batch, progress=RichProgress(console),
-                        on_stage=lambda s: console.print(f"[bold]{s}[/] …"))
+    with use_workers(args.workers, gpu_share=args.gpu_share):
+        doc = compile_model(model, args.output, _options(args), cache=_cache(args),
+                            dynamic_batch=args.dynamic_batch, progress=RichProgress(console),
+                            on_stage=lambda s: console.print(f"[bold]{s}[/] …"))
     print_report(doc)
     print(f"package: {args.output} ({time.monotonic() - started:.1f} s); run it with "
           f"`kforge run {args.output}`")
@@ -208,10 +220,12 @@ def cmd_tune(args) -> int:
     package = open_package(args.package)
     _prepare_triton(package.target)
     from kforge.runtime import tune_package
+    from kforge.workers import use_workers
     cache = None if args.no_cache else _cache_for_tune(args)
-    results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
-                           repair=args.repair,
-                           cache=cache, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    with use_workers(args.workers, gpu_share=args.gpu_share):
+        results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
+                               repair=args.repair, cache=cache,
+                               progress=lambda m: print(f"  {m}", file=sys.stderr))
     if not results:
         print(f"{args.package}: nothing to verify or tune for {package.target}")
     for h, status in results.items():
@@ -281,6 +295,7 @@ def register(subparsers) -> None:
     p.add_argument("--dynamic-batch", action="store_true",
                    help="compile dimension 0 of the inputs as a dynamic size")
     _synth_flags(p)
+    _workers_flags(p)
     p.set_defaults(func=cmd_compile)
 
     p = subparsers.add_parser(
@@ -331,6 +346,7 @@ def register(subparsers) -> None:
                    help="provider for optimization rounds (default: the kernel's own)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
+    _workers_flags(p)
     p.set_defaults(func=cmd_tune)
 
     p = subparsers.add_parser(

@@ -73,8 +73,15 @@ def write_manifest(pkg: Path, manifest: dict) -> None:
 
 def manifest_entry(pkg: Path, result, options) -> dict:
     """Write kernels/<hash>/kernel.py and return the manifest entry for a synthesis result."""
+    entry = entry_fields(result, options)
+    atomic_write_text(Path(pkg) / entry["source"], result.candidate.source)
+    return entry
+
+
+def entry_fields(result, options) -> dict:
+    """The manifest entry for a synthesis result, its kernel file not written (a worker makes
+    it; the package's writer writes both)."""
     rel = f"kernels/{result.hash}/kernel.py"
-    atomic_write_text(Path(pkg) / rel, result.candidate.source)
     cfg = dict(result.candidate.config or {})
     launch = {"config": cfg}
     for k in ("grid", "num_warps", "num_stages"):
@@ -209,6 +216,7 @@ class CompileReport:
     link_note: str = ""
     elapsed_s: float = 0.0
     stages: dict = field(default_factory=dict)       # stage -> seconds
+    workers: dict = field(default_factory=dict)      # the executor and every task attempt
 
     def to_json(self) -> dict:
         n_ver = sum(r["status"] == "verified" for r in self.regions)
@@ -216,6 +224,7 @@ class CompileReport:
                 "target": self.target, "precision": self.precision, "provider": self.provider,
                 "linked": self.linked, "link_note": self.link_note,
                 "elapsed_s": round(self.elapsed_s, 3), "stages": self.stages,
+                "workers": self.workers,
                 "summary": {"regions": len(self.regions), "verified": n_ver,
                             "candidate": sum(r["status"] == "candidate" for r in self.regions),
                             "reference": sum(r["status"] == "reference" for r in self.regions),
@@ -243,10 +252,12 @@ def write_meta(pkg: Path, **fields_) -> dict:
 
 def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
                        progress: "ProgressSink | None" = None,
-                       dynamic_size: int | None = None, provider=None) -> CompileReport:
-    """Synth (per region, resuming) + link + report, for a package whose regions/ exists."""
-    from kforge.kernel_fallbacks import compare_with_pytorch
-    from kforge.synth import RegionResult, synthesize_region
+                       dynamic_size: int | None = None, provider=None,
+                       executor=None) -> CompileReport:
+    """Synth (per region, resuming) + link + report, for a package whose regions/ exists.
+    Regions run on `executor` (kforge.workers; default: the one `use_workers` set, else this
+    process); each outcome is recorded in the package as it arrives."""
+    from kforge.workers import RegionTask, absorb, cache_location, current_executor
     started = time.monotonic()
     pkg = Path(pkg)
     package = open_package(pkg)
@@ -254,41 +265,68 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     report = CompileReport(pkg, options.target, options.precision, options.provider)
     hashes = package.region_hashes()
     sink = progress or ProgressSink()
+    executor = executor or current_executor()
     if dynamic_size:
         second = dynamic_size + 3 if dynamic_size + 3 != dynamic_size else dynamic_size + 1
         options = replace(options, dynamic_sizes=(dynamic_size, second))
     write_meta(pkg, dynamic_sizes=list(options.dynamic_sizes))   # `kforge tune` checks the same
     sink.start(len(hashes))
     t0 = time.monotonic()
+    rows, tasks = {}, []
+    cache_root, cache_mode = cache_location(cache)
     for h in hashes:
         spec = package.specs[h]
         entry = manifest["kernels"].get(h)
-        sink.region(h, spec)
         if reusable_entry(pkg, entry, options):
+            sink.region(h, spec)
             row = {"hash": h, "name": spec.name, "status": entry["status"],
                    "provider": entry["provider"], "rounds": entry.get("rounds", 0),
                    "candidates_tried": 0,
                    "time_ms": entry.get("time_ms"), "from_cache": False, "resumed": True,
                    "elapsed_s": 0.0, "message": "", "verification": entry["verification"]}
-            report.regions.append(_region_row(spec, row))
+            rows[h] = _region_row(spec, row)
             sink.done(h, row)
             continue
         mlir_path = pkg / "regions" / f"{h}.mlir"
-        region_mlir = mlir_path.read_text() if mlir_path.is_file() else ""
-        result: RegionResult = synthesize_region(
-            spec, options, provider=provider, cache=cache, log_dir=pkg / "regions",
-            region_mlir=region_mlir, work_dir=None, progress=lambda msg, h=h: sink.note(h, msg),
-            on_verified=lambda partial, h=h: _record_entry(pkg, manifest, h, partial, options))
-        if result.candidate is not None and result.status in ("verified", "candidate"):
-            manifest["kernels"][h] = compare_with_pytorch(manifest_entry(pkg, result, options),
-                                                          spec, options.target)
+        tasks.append(RegionTask(
+            "synth", h, spec, options, mlir_path.read_text() if mlir_path.is_file() else "",
+            cache_root, cache_mode, None if executor.remote() else str(pkg / "regions"),
+            provider=provider))
+    attempts, finished = [], set()
+
+    def on_event(ev) -> None:
+        if ev.kind == "started":
+            attempts.append(ev.data.to_json())
+            sink.region(ev.hash, package.specs[ev.hash])
+            sink.started(ev.hash, ev.data)
+        elif ev.kind == "note":
+            sink.note(ev.hash, ev.data)
+        elif ev.kind == "verified" and ev.hash not in finished:
+            _record_entry(pkg, manifest, ev.hash, ev.data, options)   # before its tuning
+
+    for outcome in executor.run(tasks, on_event):
+        h = outcome.hash
+        finished.add(h)
+        absorb(outcome, cache, pkg / "regions", attempts)
+        if outcome.entry is not None:
+            atomic_write_text(pkg / outcome.entry["source"], outcome.kernel_source)
+            manifest["kernels"][h] = outcome.entry
         else:
             manifest["kernels"].pop(h, None)
         write_manifest(pkg, manifest)            # persisted per region, as soon as known
-        row = result.to_json()
-        report.regions.append(_region_row(spec, row))
+        if outcome.error:
+            row = {"hash": h, "name": package.specs[h].name, "status": "reference",
+                   "provider": options.provider, "rounds": 0, "candidates_tried": 0,
+                   "time_ms": None, "from_cache": False, "elapsed_s": 0.0,
+                   "message": outcome.error, "verification": None}
+        else:
+            row = outcome.result.to_json()
+        row["worker"] = outcome.record.to_json() if outcome.record else None
+        rows[h] = _region_row(package.specs[h], row)
         sink.done(h, row)
     sink.stop()
+    report.regions = [rows[h] for h in hashes if h in rows]
+    report.workers = {**executor.describe(), "attempts": attempts}
     report.stages["synth"] = round(time.monotonic() - t0, 3)
     t1 = time.monotonic()
     report.linked, report.link_note = link_package(pkg)
@@ -379,6 +417,9 @@ class ProgressSink:
     def region(self, h: str, spec) -> None: ...
 
     def note(self, h: str, message: str) -> None: ...
+
+    def started(self, h: str, record) -> None:
+        """An attempt at the region began (a kforge.workers.TaskRecord: where it runs)."""
 
     def done(self, h: str, row: dict) -> None: ...
 
@@ -523,9 +564,10 @@ def compile_regions(regions_dir: str | os.PathLike, pkg: str | os.PathLike, opti
                     model_path: str | os.PathLike | None = None,
                     progress: ProgressSink | None = None,
                     dynamic_size: int | None = None, extra_meta: dict | None = None,
-                    provider=None) -> dict:
+                    provider=None, executor=None) -> dict:
     """Build a package from an exported regions directory (kforge-opt's export) and weights.
-    The second half of `kforge compile`; needs no MLIR."""
+    The second half of `kforge compile`; needs no MLIR. `executor`: where regions run
+    (kforge.workers; default: the one `use_workers` set, else this process)."""
     pkg = Path(pkg)
     pkg.mkdir(parents=True, exist_ok=True)
     copy_regions(Path(regions_dir), pkg)
@@ -547,5 +589,6 @@ def compile_regions(regions_dir: str | os.PathLike, pkg: str | os.PathLike, opti
                            "bytes": weights_path.stat().st_size, "format": "safetensors"}
     write_meta(pkg, **meta)
     report = synthesize_package(pkg, options, cache=cache, progress=progress,
-                                dynamic_size=dynamic_size, provider=provider)
+                                dynamic_size=dynamic_size, provider=provider,
+                                executor=executor)
     return write_report(pkg, report)

@@ -20,82 +20,133 @@ def pending_candidates(package: Package, target: str) -> list[str]:
 
 def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | None = None,
                  cache=None, progress: Callable[[str], None] | None = None,
-                 repair: int = 2) -> dict:
-    """Verify the package's candidate kernels on this machine's device (and, with rounds > 0,
+                 repair: int = 2, executor=None) -> dict:
+    """Verify the package's candidate kernels on the target's device (and, with rounds > 0,
     run optimization passes on its verified kernels); record the results in the manifest.
     A builtin kernel that fails here is replaced by the next one the builtin generates that
-    verifies, within `repair` generate/verify rounds (0: leave it rejected)."""
-    from kforge.kernel_fallbacks import compare_with_pytorch
-    from kforge.providers.base import Candidate
-    from kforge.synth import SynthOptions, synthesize_region
-    from kforge.verify import target_available, verify_candidate
+    verifies, within `repair` generate/verify rounds (0: leave it rejected).
+    Regions run on `executor` (kforge.workers; default: this process), the device being the
+    workers': a driver without a GPU can tune on a cluster's GPUs."""
+    from kforge.cache import atomic_write_text
+    from kforge.synth import SynthOptions
+    from kforge.workers import RegionTask, TuneJob, absorb, cache_location, current_executor
     package = open_package(pkg)
     target = package.target
-    if not target_available(target):
-        raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
+    executor = executor or current_executor()
+    if not executor.has_device(target):
+        where = "this machine has" if not executor.remote() else "the workers have"
+        raise UserError(f"{package.root} targets {target}, and {where} no {target} "
                         "device; run `kforge tune` where the device is")
     manifest = read_manifest(package.root)
     say = progress or (lambda m: None)
     sizes = tuple(package.meta.get("dynamic_sizes") or SynthOptions().dynamic_sizes)
-    results = {}
+    cache_root, cache_mode = cache_location(cache)
+    tasks = []
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
             continue
-        spec = package.specs[h]
-        source = (package.root / entry["source"]).read_text()
-        # the provider's own id, so that a provider asked again knows this one was tried
-        cand = Candidate(id=entry.get("candidate_id", f"pkg-{h}"),
-                         provider=entry.get("provider", "?"), source=source,
-                         config=entry.get("launch", {}).get("config", {}))
         status = (entry.get("verification") or {}).get("status")
-        if rounds > 0 and status in ("verified", "candidate"):
-            say(f"tuning region {h}")
-            opts = SynthOptions(target=target, precision=package.precision,
-                                provider=provider or entry.get("provider", "builtin"),
-                                rounds=rounds, dynamic_sizes=sizes)
-            res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
-                                    log_dir=package.root / "regions")
-            if res.candidate is not None and res.status == "verified":
-                from kforge.package import manifest_entry
-                new = manifest_entry(package.root, res, opts)
-                new["requested_provider"] = entry.get("requested_provider", new["provider"])
-                manifest["kernels"][h] = new
-            else:
-                entry["verification"] = res.record.to_json() if res.record else entry.get(
-                    "verification")
-                entry["status"] = "rejected"
-                entry.setdefault("verification", {})["status"] = "rejected"
-        elif status == "candidate":
-            say(f"verifying region {h}")
-            rec = verify_candidate(spec, cand, target, package.precision, measure=True,
-                                   dynamic_sizes=sizes)
-            entry["verification"] = rec.to_json()
-            entry["status"] = rec.status
-            entry["time_ms"] = rec.time_ms
-            if not rec.verified and repair > 0 and entry.get("provider") == "builtin":
-                # the kernel compiled elsewhere failed here: the loop takes this verdict and
-                # generates the next ones in the builtin's order, verify only
-                say(f"region {h}: {rec.reason}; repairing ({repair} rounds)")
-                from kforge.package import manifest_entry
-                opts = SynthOptions(target=target, precision=package.precision,
-                                    provider="builtin", rounds=0, functional_rounds=repair,
-                                    dynamic_sizes=sizes)
-                res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
-                                        incumbent_record=rec, log_dir=package.root / "regions")
-                if res.candidate is not None and res.status == "verified":
-                    new = manifest_entry(package.root, res, opts)
-                    new["requested_provider"] = entry.get("requested_provider", new["provider"])
-                    new["repaired_from"] = {"config": cand.config, "reason": rec.reason,
-                                            "message": rec.message[:500]}
-                    manifest["kernels"][h] = new
-        else:
+        if not (status == "candidate" or (rounds > 0 and status == "verified")):
             continue
-        compare_with_pytorch(manifest["kernels"][h], spec, target)
-        results[h] = manifest["kernels"][h]["verification"]["status"]
+        opts = SynthOptions(target=target, precision=package.precision,
+                            provider=provider or entry.get("provider", "builtin"),
+                            rounds=rounds, dynamic_sizes=sizes)
+        job = TuneJob(entry, (package.root / entry["source"]).read_text(), rounds, provider,
+                      repair, sizes)
+        tasks.append(RegionTask("tune", h, package.specs[h], opts, cache_root=cache_root,
+                                cache_mode=cache_mode, tune=job,
+                                log_dir=None if executor.remote() else
+                                str(package.root / "regions")))
+    results, attempts = {}, []
+
+    def on_event(ev) -> None:
+        if ev.kind == "started":
+            attempts.append(ev.data.to_json())
+        elif ev.kind == "note":
+            say(ev.data)
+
+    for outcome in executor.run(tasks, on_event):
+        absorb(outcome, cache, package.root / "regions", attempts)
+        h = outcome.hash
+        if outcome.error:
+            say(f"region {h}: not tuned: {outcome.error}")
+            results[h] = "failed"
+            continue
+        if outcome.entry is None:
+            continue
+        if outcome.kernel_source is not None:
+            atomic_write_text(package.root / outcome.entry["source"], outcome.kernel_source)
+        manifest["kernels"][h] = outcome.entry
+        results[h] = outcome.entry["verification"]["status"]
         write_manifest(package.root, manifest)
     if results:
         say(relink(package.root))
     return results
 
 
-__all__ = ["pending_candidates", "tune_package"]
+def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
+               rounds: int = 0, provider: str | None = None, cache=None, repair: int = 2,
+               dynamic_sizes: tuple = (), log_dir=None,
+               say: Callable[[str], None] | None = None) -> tuple[dict | None, str | None]:
+    """`kforge tune` for one manifest entry, on this machine's device (a worker's). Returns the
+    entry to record (None: nothing to do for it) and, when the kernel changed, its new source
+    (the entry's "source" file, for the caller to write)."""
+    import copy
+
+    from kforge.kernel_fallbacks import compare_with_pytorch
+    from kforge.package import entry_fields
+    from kforge.providers.base import Candidate
+    from kforge.synth import SynthOptions, synthesize_region
+    from kforge.verify import verify_candidate
+    say = say or (lambda m: None)
+    h = spec.hash
+    entry = copy.deepcopy(entry)
+    sizes = tuple(dynamic_sizes) or SynthOptions().dynamic_sizes
+    new_source = None
+    # the provider's own id, so that a provider asked again knows this one was tried
+    cand = Candidate(id=entry.get("candidate_id", f"pkg-{h}"),
+                     provider=entry.get("provider", "?"), source=source,
+                     config=entry.get("launch", {}).get("config", {}))
+    status = (entry.get("verification") or {}).get("status")
+    if rounds > 0 and status in ("verified", "candidate"):
+        say(f"tuning region {h}")
+        opts = SynthOptions(target=target, precision=precision,
+                            provider=provider or entry.get("provider", "builtin"),
+                            rounds=rounds, dynamic_sizes=sizes)
+        res = synthesize_region(spec, opts, cache=cache, incumbent=cand, log_dir=log_dir)
+        if res.candidate is not None and res.status == "verified":
+            new = entry_fields(res, opts)
+            new["requested_provider"] = entry.get("requested_provider", new["provider"])
+            entry, new_source = new, res.candidate.source
+        else:
+            entry["verification"] = res.record.to_json() if res.record else entry.get(
+                "verification")
+            entry["status"] = "rejected"
+            entry.setdefault("verification", {})["status"] = "rejected"
+    elif status == "candidate":
+        say(f"verifying region {h}")
+        rec = verify_candidate(spec, cand, target, precision, measure=True,
+                               dynamic_sizes=sizes)
+        entry["verification"] = rec.to_json()
+        entry["status"] = rec.status
+        entry["time_ms"] = rec.time_ms
+        if not rec.verified and repair > 0 and entry.get("provider") == "builtin":
+            # the kernel compiled elsewhere failed here: the loop takes this verdict and
+            # generates the next ones in the builtin's order, verify only
+            say(f"region {h}: {rec.reason}; repairing ({repair} rounds)")
+            opts = SynthOptions(target=target, precision=precision, provider="builtin",
+                                rounds=0, functional_rounds=repair, dynamic_sizes=sizes)
+            res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
+                                    incumbent_record=rec, log_dir=log_dir)
+            if res.candidate is not None and res.status == "verified":
+                new = entry_fields(res, opts)
+                new["requested_provider"] = entry.get("requested_provider", new["provider"])
+                new["repaired_from"] = {"config": cand.config, "reason": rec.reason,
+                                        "message": rec.message[:500]}
+                entry, new_source = new, res.candidate.source
+    else:
+        return None, None
+    return compare_with_pytorch(entry, spec, target), new_source
+
+
+__all__ = ["pending_candidates", "tune_entry", "tune_package"]

@@ -15,6 +15,13 @@ DIR/<policy>/<workload>.tune.json (seconds, exit status, per-region results), wh
 adds to the package's compile time:
 
     python -m kforge.bench.packages --tune --out .carry/bench --jobs 8 --gpus 1
+
+`--workers` (as `kforge compile --workers` takes it) spreads each package's regions over
+worker processes or a Ray cluster, when building and when tuning; with several jobs at once,
+give a running cluster's address (`ray:auto`, `ray://HEAD:10001`) so that the jobs share it
+rather than each starting its own (docs/scale-out.md):
+
+    python -m kforge.bench.packages --tune --out .carry/bench --workers ray:auto --gpu-share 2
 """
 from __future__ import annotations
 
@@ -88,9 +95,16 @@ def _stage_seconds(package: Path, stages=("import", "regions")) -> float:
         return 0.0
 
 
+def workers_args(workers: str | None, gpu_share: int = 1) -> list[str]:
+    """The `--workers` arguments handed to `kforge compile` / `kforge tune`."""
+    if not workers:
+        return []
+    return ["--workers", workers] + (["--gpu-share", str(gpu_share)] if gpu_share != 1 else [])
+
+
 def build_workload(workload, policies: list[str], out: Path, target: str, provider: str,
                    smoke: bool, keep_weights: bool, timeout_s: float, extra: list[str],
-                   tmp: Path, skip_existing: bool) -> list[dict]:
+                   tmp: Path, skip_existing: bool, workers: list[str] = ()) -> list[dict]:
     """`kforge compile` under the first policy; the other policies reuse its regions (import and
     region formation do not depend on the policy) and only synthesize (`--resynth`)."""
     records, first_ok = [], None
@@ -109,12 +123,12 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
         if first_ok is None:
             cmd = [sys.executable, "-m", "kforge.cli", "compile", str(model_file(workload, smoke, tmp)),
                    "-o", str(package), "--target", target, "--precision", policy,
-                   "--provider", provider, *extra]
+                   "--provider", provider, *workers, *extra]
             shared_s = 0.0
         else:
             cmd = [sys.executable, "-m", "kforge.bench.packages", "--resynth", str(first_ok),
                    "--out", str(package), "--target", target, "--precision", policy,
-                   "--provider", provider]
+                   "--provider", provider, *workers]
             shared_s = _stage_seconds(first_ok)
         rc, log, wall = _run_recorded(cmd, timeout_s)
         record = {"workload": workload.name, "policy": policy, "target": target,
@@ -132,10 +146,12 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
     return records
 
 
-def resynth(src: Path, dst: Path, target: str, precision: str, provider: str) -> int:
+def resynth(src: Path, dst: Path, target: str, precision: str, provider: str,
+            workers: str | None = None, gpu_share: int = 1) -> int:
     """Synthesize kernels for another policy from a package's exported regions (no MLIR)."""
     from kforge.package import compile_regions
     from kforge.synth import SynthOptions
+    from kforge.workers import use_workers
 
     meta = json.loads((src / "package.json").read_text())
     extra = {k: meta[k] for k in ("inputs", "outputs", "dynamic_batch", "ir") if k in meta}
@@ -144,14 +160,19 @@ def resynth(src: Path, dst: Path, target: str, precision: str, provider: str) ->
         if (src / name).is_file():
             shutil.copy2(src / name, dst / name)
     model = src / "model.py"
-    compile_regions(src / "regions", dst, SynthOptions(target=target, precision=precision,
-                                                       provider=provider),
-                    model_path=model if model.is_file() else None, extra_meta=extra)
+    if target == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    with use_workers(workers, gpu_share=gpu_share):
+        compile_regions(src / "regions", dst, SynthOptions(target=target, precision=precision,
+                                                           provider=provider),
+                        model_path=model if model.is_file() else None, extra_meta=extra)
     return 0
 
 
-def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = None) -> dict:
-    cmd = [sys.executable, "-m", "kforge.cli", "tune", str(package), "--rounds", str(rounds)]
+def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = None,
+             workers: list[str] = ()) -> dict:
+    cmd = [sys.executable, "-m", "kforge.cli", "tune", str(package), "--rounds", str(rounds),
+           *workers]
     env = kforge_env()
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -173,7 +194,7 @@ def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = Non
 
 
 def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds: int,
-             gpus: int = 0, deadline: float | None = None) -> int:
+             gpus: int = 0, deadline: float | None = None, workers: list[str] = ()) -> int:
     """Tune packages `jobs` at a time; with gpus > 0, job i runs on GPU i % gpus. With
     rounds > 0 the tuner times configurations, so give each GPU one job (jobs = gpus)."""
     packages = [out / p / w.name for p in policies for w in selected if (out / p / w.name).is_dir()]
@@ -184,7 +205,7 @@ def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds:
     def job(i, pkg):
         if deadline is not None and time.time() > deadline:
             return {"returncode": None, "tune_s": 0.0, "regions": {}, "skipped": "deadline"}
-        return tune_one(pkg, timeout_s, rounds, i % gpus if gpus else None)
+        return tune_one(pkg, timeout_s, rounds, i % gpus if gpus else None, workers)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(job, i, pkg): pkg for i, pkg in enumerate(packages)}
@@ -247,12 +268,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --tune: spread the jobs over this many GPUs (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
                    help="with --tune: start no package after this time (seconds since the epoch)")
+    p.add_argument("--workers", default=None, metavar="local[:N]|ray[://ADDRESS]",
+                   help="where each package's regions are synthesized and tuned (`kforge "
+                        "compile --workers`; docs/scale-out.md)")
+    p.add_argument("--gpu-share", type=int, default=1, metavar="K",
+                   help="with --workers ray: region tasks per GPU (`kforge compile --gpu-share`)")
     p.add_argument("--shard", action="append", default=[], metavar="I/N",
                    help="only the workloads of shard I of N, as `kforge bench --shard` cuts them "
                         "(repeatable)")
     args = p.parse_args(argv)
     if args.resynth:
-        return resynth(args.resynth, args.out, args.target, args.precision, args.provider)
+        return resynth(args.resynth, args.out, args.target, args.precision, args.provider,
+                       args.workers, args.gpu_share)
+    workers = workers_args(args.workers, args.gpu_share)
 
     selected = wl_mod.discover(args.workloads)
     if args.shard:
@@ -260,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = [x for x in args.precision.split(",") if x]
     if args.tune:
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,
-                             args.gpus, args.deadline) else 0
+                             args.gpus, args.deadline, workers) else 0
     args.out.mkdir(parents=True, exist_ok=True)
     _write_build_record(args.out, policies, args.target)
     failed = 0
@@ -268,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(build_workload, w, policies, args.out, args.target, args.provider,
                                args.smoke, args.keep_weights, args.timeout, args.compile_arg,
-                               Path(tmp), args.skip_existing) for w in selected]
+                               Path(tmp), args.skip_existing, workers) for w in selected]
         for fut in concurrent.futures.as_completed(futures):
             for rec in fut.result():
                 failed += rec["status"] != "ok"

@@ -18,6 +18,8 @@ Guards installed before the candidate is imported:
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.abc
 import importlib.util
 import json
@@ -45,6 +47,27 @@ ALLOWED_TORCH = {
 }
 
 _state = {"launches": 0, "in_kernel": 0, "watching": False, "ops": []}
+
+
+@contextlib.contextmanager
+def _device_lock(exclusive: bool):
+    """A GPU shared by several tasks (kforge.workers.admission, $KFORGE_GPU_LOCK): checks hold
+    it shared, timed runs alone. Taking the turnstile first keeps a waiting timed run from being
+    starved by a stream of checks."""
+    path = os.environ.get("KFORGE_GPU_LOCK")
+    if not path:
+        yield
+        return
+    with open(path + ".turn", "a+") as turn, open(path, "a+") as lock:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def write_json(name: str, obj) -> None:
@@ -245,10 +268,11 @@ def main() -> int:
         write_json("progress.json", {"stage": "check", "check": i, **check})
         entry = {"index": i}
         try:
-            tensors, originals, args = prepared_args(check["seed"], check["size"],
-                                                     check["domain"])
-            _fill_allocator(torch, device, 2 * out_bytes)
-            outs = run_once(args)
+            with _device_lock(exclusive=False):
+                tensors, originals, args = prepared_args(check["seed"], check["size"],
+                                                         check["domain"])
+                _fill_allocator(torch, device, 2 * out_bytes)
+                outs = run_once(args)
             entry["launches"] = _state["launches"]
             entry["torch_ops"] = list(_state["ops"])
             entry["outputs"] = save_outputs(f"outputs_{i}.pt", outs)
@@ -278,8 +302,9 @@ def main() -> int:
                     samples.append((time.perf_counter() - t0) * 1e3)
             else:
                 import triton.testing
-                samples = triton.testing.do_bench(lambda: launch(*args), warmup=25, rep=100,
-                                                  return_mode="all")
+                with _device_lock(exclusive=True):      # timed with the GPU to itself
+                    samples = triton.testing.do_bench(lambda: launch(*args), warmup=25,
+                                                      rep=100, return_mode="all")
                 samples = [float(s) for s in samples]
                 outs = run_once(args)
             result["timing"] = {"samples_ms": samples,

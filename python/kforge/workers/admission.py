@@ -1,0 +1,153 @@
+"""Several tasks on one device: admission by free memory, and timing alone.
+
+With `--gpu-share K` a Ray cluster places up to K region tasks on one GPU (num_gpus = 1/K), so
+that one task's Triton compiles and sandbox start-ups overlap another's checks. Two things keep
+that honest:
+
+* memory admission: a task starts its work only when the device's free memory, less what the
+  tasks already admitted on it have reserved, covers its estimate; its reservation lasts until
+  it ends. A task alone on a device is always admitted (it could never be otherwise). Counting
+  both the driver's free figure and the reservations is conservative: memory a running task has
+  taken is counted twice, so the rule can refuse a task that would have fit, never admit one
+  that does not.
+* timing alone: the task's sandbox processes (kforge/verify/_worker.py) run correctness checks
+  under a shared lock on the device and timed runs under an exclusive one (the lock file named
+  by $KFORGE_GPU_LOCK), so every time in a verification record was taken with the GPU to itself.
+
+Reservations are files in a per-device folder on this host (the device is this host's), one per
+admitted task, removed when it ends; a reservation whose process is gone is ignored.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+# per sandbox process: a CUDA context, PyTorch's caching allocator and Triton's compiler. An
+# allowance, not a measurement; KFORGE_TASK_CONTEXT_MB overrides it.
+CONTEXT_BYTES = 1 << 30
+# operands, their pristine copies, prepared weights, outputs and the poisoned fill (_worker.py)
+OPERAND_COPIES = 6
+
+
+def lock_root() -> Path:
+    return Path(os.environ.get("KFORGE_DEVICE_LOCKS") or
+                Path(tempfile.gettempdir()) / f"kforge-devices-{os.getuid()}")
+
+
+def device_tag(target: str) -> str:
+    """This process's device: the first GPU CUDA_VISIBLE_DEVICES names (what Ray gave the
+    task), or the host's memory for the cpu target."""
+    if target == "cpu":
+        return "host-memory"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return f"{target}-{visible or '0'}"
+
+
+def estimate_bytes(spec, *, context_bytes: int | None = None) -> int:
+    """Device memory one verification of the region needs, roughly."""
+    if context_bytes is None:
+        mb = os.environ.get("KFORGE_TASK_CONTEXT_MB")
+        context_bytes = int(float(mb) * (1 << 20)) if mb else CONTEXT_BYTES
+    return int(context_bytes + OPERAND_COPIES * int(getattr(spec, "min_bytes", 0) or 0))
+
+
+def free_bytes(tag: str) -> int:
+    """Free memory of a device (tag from device_tag): NVML or nvidia-smi for an NVIDIA GPU (no
+    CUDA context is made for asking), MemAvailable for the host."""
+    if tag == "host-memory":
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        raise OSError("/proc/meminfo has no MemAvailable")
+    index = tag.rsplit("-", 1)[1]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            handle = (pynvml.nvmlDeviceGetHandleByUUID(index) if index.startswith("GPU-")
+                      else pynvml.nvmlDeviceGetHandleByIndex(int(index)))
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
+        finally:
+            pynvml.nvmlShutdown()
+    except ImportError:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise OSError(f"cannot read the free memory of {tag}: neither pynvml nor nvidia-smi")
+    out = subprocess.run([smi, "-i", index, "--query-gpu=memory.free",
+                          "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    return int(float(out.strip().splitlines()[0])) * (1 << 20)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reserved_bytes(folder: Path) -> int:
+    total = 0
+    for p in folder.glob("*.reservation"):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(int(doc.get("pid", 0))):
+            total += int(doc.get("bytes", 0))
+        else:
+            p.unlink(missing_ok=True)          # its task died: its memory is back
+    return total
+
+
+@contextlib.contextmanager
+def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
+             poll_s: float = 0.5, on_wait: Callable[[str], None] | None = None):
+    """Wait until `need` bytes of device `tag` are free for this task, reserve them for the
+    block, and point $KFORGE_GPU_LOCK at the device's timing lock. Yields the seconds waited."""
+    folder = lock_root() / tag
+    folder.mkdir(parents=True, exist_ok=True)
+    mine = folder / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.reservation"
+    t0 = time.monotonic()
+    said = False
+    while True:
+        with open(folder / "admit.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            reserved = reserved_bytes(folder)
+            free = probe(tag)
+            if reserved == 0 or free - reserved >= need:
+                mine.write_text(json.dumps({"pid": os.getpid(), "bytes": int(need),
+                                            "since": time.time()}))
+                break
+        if on_wait and not said:
+            on_wait(f"waiting for {need / 2 ** 30:.1f} GiB on {tag} ({free / 2 ** 30:.1f} GiB "
+                    f"free, {reserved / 2 ** 30:.1f} GiB reserved by other tasks)")
+            said = True
+        time.sleep(poll_s)
+    old = os.environ.get("KFORGE_GPU_LOCK")
+    os.environ["KFORGE_GPU_LOCK"] = str(folder / "timing.lock")
+    try:
+        yield time.monotonic() - t0
+    finally:
+        mine.unlink(missing_ok=True)
+        if old is None:
+            os.environ.pop("KFORGE_GPU_LOCK", None)
+        else:
+            os.environ["KFORGE_GPU_LOCK"] = old
+
+
+__all__ = ["admitted", "device_tag", "estimate_bytes", "free_bytes", "reserved_bytes"]
