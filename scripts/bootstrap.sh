@@ -20,7 +20,7 @@ source "$VENV/bin/activate"
 STAMP="$VENV/.kforge-deps"
 DEPS_HASH="$(sha256sum "$ROOT/pyproject.toml" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$DEPS_HASH" ]; then
-  log "installing Python packages (torch 2.13.0 CPU, torch-mlir, MLIR/LLVM 22.1.8, triton)"
+  log "installing Python packages (torch 2.13.0 CPU, torch-mlir, MLIR/LLVM 22.1.8, triton, ray)"
   python -m pip install -q --upgrade pip
   # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
   python -m pip install -q "torch==2.13.0"

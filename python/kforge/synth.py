@@ -14,6 +14,7 @@ result goes to the kernel cache as soon as it is verified.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as _dt
 import json
@@ -43,6 +44,9 @@ class SynthOptions:
     max_tokens: int | None = None       # provider budget, from provider.usage()
     max_dollars: float | None = None
     num_candidates: int = 1
+    # a round's candidates verified side by side, each in its own sandbox process; an executor
+    # raises it to the CPUs its task holds (kforge.workers.ray_cluster)
+    parallel_verify: int = 1
     seeds: tuple = (1, 2, 3)
     dynamic_sizes: tuple = (8, 11)
     timeout_s: float | None = None      # per candidate run in the sandbox
@@ -268,6 +272,19 @@ class _RegionLoop:
             self.record(cand, rec)
         return rec
 
+    def verify_round(self, cands: list[Candidate], measure: bool) -> list[VerificationRecord]:
+        """A round's candidates, verified `parallel_verify` at a time (each in its own sandbox;
+        timed runs still one at a time where $KFORGE_GPU_LOCK names the device's lock), and
+        recorded in their order."""
+        n = min(max(1, self.opt.parallel_verify), len(cands))
+        if n == 1:
+            return [self.verify(c, measure) for c in cands]
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            recs = list(pool.map(lambda c: self.verify(c, measure, log=False), cands))
+        for cand, rec in zip(cands, recs):
+            self.record(cand, rec)
+        return recs
+
     def record(self, cand: Candidate, rec: VerificationRecord) -> None:
         """Count and log a candidate's verification (made here or handed in)."""
         self.tried += 1
@@ -304,8 +321,7 @@ class _RegionLoop:
                 continue
             empty = 0
             fb = []
-            for cand in cands:
-                rec = self.verify(cand, measure=self.available)
+            for cand, rec in zip(cands, self.verify_round(cands, measure=self.available)):
                 fb.append(self.feedback(cand, rec))
                 if rec.status in ("verified", "candidate") and (
                         self.best_record is None or (rec.time_ms or 0) < (
@@ -349,8 +365,7 @@ class _RegionLoop:
                 self.log.write("stop", phase="optimize", reason="no new candidates")
                 return
             improved = False
-            for cand in cands:
-                rec = self.verify(cand, measure=True)
+            for cand, rec in zip(cands, self.verify_round(cands, measure=True)):
                 if rec.verified and beats(rec, self.best_record):
                     self.log.write("improved", old_ms=self.best_record.time_ms,
                                    new_ms=rec.time_ms, old_noise=self.best_record.time_noise,

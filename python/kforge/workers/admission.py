@@ -52,6 +52,13 @@ def device_tag(target: str) -> str:
     return f"{target}-{visible or '0'}"
 
 
+def device_lock_path(tag: str) -> Path:
+    """The lock the sandbox's timed runs take on a device ($KFORGE_GPU_LOCK)."""
+    folder = lock_root() / tag
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "timing.lock"
+
+
 def estimate_bytes(spec, *, context_bytes: int | None = None) -> int:
     """Device memory one verification of the region needs, roughly."""
     if context_bytes is None:
@@ -139,7 +146,7 @@ def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
             said = True
         time.sleep(poll_s)
     old = os.environ.get("KFORGE_GPU_LOCK")
-    os.environ["KFORGE_GPU_LOCK"] = str(folder / "timing.lock")
+    os.environ["KFORGE_GPU_LOCK"] = str(device_lock_path(tag))
     try:
         yield time.monotonic() - t0
     finally:
@@ -150,4 +157,4 @@ def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
             os.environ["KFORGE_GPU_LOCK"] = old
 
 
-__all__ = ["admitted", "device_tag", "estimate_bytes", "free_bytes", "reserved_bytes"]
+__all__ = ["admitted", "device_lock_path", "device_tag", "estimate_bytes", "free_bytes", "reserved_bytes"]

@@ -10,6 +10,9 @@ Each region task is a Ray task that asks for what its work needs:
                                                 GPU's free memory (kforge.workers.admission);
                                                 its timed runs still have the GPU alone
 
+With `--candidates N` a task asks for N CPUs (at most a node's) and verifies each round's N
+candidates side by side (SynthOptions.parallel_verify), their timed runs one at a time.
+
 A task whose worker dies (killed, out of memory, node lost) is retried on another worker by
 Ray (`max_retries`); nothing verified is lost, because a task puts its kernel into the shared
 kernel cache the moment it verifies and reports it to the driver, which writes it into the
@@ -22,6 +25,7 @@ the driver's code.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -52,10 +56,12 @@ class _Events:
         return out
 
 
-def _ray_task(task: RegionTask, events, admit_bytes: int) -> TaskOutcome:
-    """The body of every Ray task (runs on a worker)."""
+def _ray_task(task: RegionTask, events, admit_bytes: int, device_lock: bool) -> TaskOutcome:
+    """The body of every Ray task (runs on a worker). `device_lock`: its GPU is its own, but
+    it verifies several candidates at once: their timed runs take the device's lock."""
     import ray
 
+    from kforge.workers.admission import admitted, device_lock_path, device_tag
     from kforge.workers.tasks import run_task
     ctx = ray.get_runtime_context()
 
@@ -68,8 +74,13 @@ def _ray_task(task: RegionTask, events, admit_bytes: int) -> TaskOutcome:
         return run_task(task, emit, node=ctx.get_node_id(), worker=ctx.get_worker_id())
 
     if not admit_bytes:
-        return run()
-    from kforge.workers.admission import admitted, device_tag
+        if not device_lock:
+            return run()
+        os.environ["KFORGE_GPU_LOCK"] = str(device_lock_path(device_tag(task.options.target)))
+        try:
+            return run()
+        finally:
+            os.environ.pop("KFORGE_GPU_LOCK", None)
     with admitted(admit_bytes, device_tag(task.options.target),
                   on_wait=lambda msg: emit(Event("note", task.hash, msg))):
         return run()
@@ -106,8 +117,8 @@ class RayExecutor(Executor):
                 runtime_env = {"env_vars": {"PYTHONPATH": path}}
             kwargs = dict(include_dashboard=False, log_to_driver=False,
                           runtime_env=runtime_env)
-            if self.address is None:
-                kwargs["num_cpus"] = self.num_cpus
+            if self.address is None:      # our own cluster, never one `ray start` left here
+                kwargs.update(address="local", num_cpus=self.num_cpus)
             else:
                 kwargs["address"] = self.address
             try:
@@ -130,14 +141,24 @@ class RayExecutor(Executor):
     def has_device(self, target: str) -> bool:
         return target == "cpu" or self._gpus() > 0
 
+    def parallel(self, task: RegionTask) -> int:
+        """Candidates the task verifies at once: --candidates, at most a node's CPUs."""
+        want = max(1, int(task.options.num_candidates or 1))
+        if want == 1:
+            return 1
+        cpus = [n.get("Resources", {}).get("CPU", 0) for n in self._connect().nodes()
+                if n.get("Alive")]
+        return max(1, min(want, int(max(cpus, default=1))))
+
     def resources(self, task: RegionTask) -> tuple[dict, int]:
         """Ray options for the task, and the bytes it must be admitted with (0: none)."""
+        k = self.parallel(task)
         if task.options.target == "cpu" or self._gpus() == 0:
-            return {"num_cpus": 1}, 0
+            return {"num_cpus": k}, 0
         if self.gpu_share == 1:
-            return {"num_cpus": 1, "num_gpus": 1}, 0
+            return {"num_cpus": k, "num_gpus": 1}, 0
         from kforge.workers.admission import estimate_bytes
-        return {"num_cpus": 1, "num_gpus": 1.0 / self.gpu_share}, estimate_bytes(task.spec)
+        return {"num_cpus": k, "num_gpus": 1.0 / self.gpu_share}, k * estimate_bytes(task.spec)
 
     # -- running ----------------------------------------------------------------------------
     def run(self, tasks: Sequence[RegionTask],
@@ -150,8 +171,13 @@ class RayExecutor(Executor):
         refs = {}
         for task in tasks:
             opts, admit = self.resources(task)
+            k = int(opts["num_cpus"])
+            if k > 1:
+                task = replace(task, options=replace(task.options, parallel_verify=k))
+            lock = k > 1 and "num_gpus" in opts
             ref = body.options(**opts, max_retries=self.max_retries, retry_exceptions=False,
-                               name=f"kforge-{task.kind}-{task.hash}").remote(task, events, admit)
+                               name=f"kforge-{task.kind}-{task.hash}").remote(
+                task, events, admit, lock)
             refs[ref] = task
         try:
             while refs:
