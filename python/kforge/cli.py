@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "kforge.frontend.commands",   # import, regions
     "kforge.commands",            # compile, synth, run, tune
     "kforge.bench.commands",      # bench
+    "kforge.profiling.commands",  # profile
 )
 
 

@@ -509,6 +509,8 @@ def report_markdown(report: dict) -> str:
         lines += ["", f"Linked IR not written: {report.get('link_note')}"]
     from kforge.coverage import coverage_markdown
     lines += coverage_markdown(report.get("coverage") or {})
+    from kforge.profiling.report import profile_markdown
+    lines += profile_markdown(report.get("profile"))
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,9 @@
 
     functional passes   generate -> verify (static checks + sandboxed run) -> feedback,
                         until a candidate verifies or the functional rounds run out;
-    optimization passes time the incumbent -> provider.analyze (recommendations) ->
+    optimization passes profile the incumbent (kforge.profiling: timing, roofline, compile
+                        metadata and code facts, ncu or Proton counters where present) ->
+                        provider.analyze (ranked recommendations citing the profile) ->
                         generate (refine) -> verify + time; a candidate replaces the incumbent
                         only when it is faster by more than the measured noise; the passes stop
                         when a round gains nothing, or on rounds, wall time, tokens or dollars.
@@ -55,6 +57,9 @@ class SynthOptions:
     # builtin provider (a measured search over its configurations is cheap), 1 for the LLM
     # providers (each round costs tokens)
     patience: int | None = None
+    # hardware counters in the incumbent's profile: auto (ncu where it is on the PATH, else
+    # Proton), ncu, proton or none (kforge.profiling.collect)
+    profile_counters: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,8 @@ class _RegionLoop:
         self.rounds = 0
         self.tried = 0
         self.tried_ids: list[str] = []      # every candidate verified for the region, in order
+        self.tried_configs: list[dict] = []   # and their configurations
+        self.profiles: dict[str, dict] = {}   # candidate id -> its profile (JSON)
         self.best: Candidate | None = None
         self.best_record: VerificationRecord | None = None
         self.floor_ms = self._floor_ms()
@@ -290,9 +297,36 @@ class _RegionLoop:
         self.tried += 1
         if cand.id not in self.tried_ids:
             self.tried_ids.append(cand.id)
+            self.tried_configs.append(dict(cand.config))
         self.log.write("candidate", candidate={
             "id": cand.id, "provider": cand.provider, "config": cand.config,
             "notes": cand.notes, "source": cand.source}, verification=rec.to_json())
+
+    def profile(self, cand: Candidate, rec: VerificationRecord) -> dict:
+        """The candidate's profile (kforge.profiling), gathered once per candidate, written
+        beside the region's log, as the JSON the analysts read; plus what the loop knows
+        that a profile does not hold: the roofline floor of the region and the configurations
+        already tried (so an analyst names untried ones)."""
+        if cand.id not in self.profiles:
+            from kforge.profiling import collect_profile
+            started = time.monotonic()
+            try:
+                prof = collect_profile(self.spec, cand, rec, self.tname, self.opt.precision,
+                                       counters=self.opt.profile_counters,
+                                       timeout_s=self.opt.timeout_s or 300).to_json()
+            except Exception as exc:  # noqa: BLE001 - a profile is evidence, never a blocker
+                prof = {"error": f"profiling failed: {type(exc).__name__}: {exc}",
+                        "time_ms": rec.time_ms, "config": dict(cand.config)}
+            self.profiles[cand.id] = prof
+            self.log.write("profile", candidate=cand.id, profile=prof,
+                           elapsed_s=round(time.monotonic() - started, 3))
+            if self.log.path is not None and "schema" in prof:
+                path = self.log.path.parent / "profiles" / f"{_safe(cand.id)}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(prof, indent=1) + "\n")
+        return dict(self.profiles[cand.id], floor_ms=self.floor_ms,
+                    time_ms=rec.time_ms, noise=rec.time_noise,
+                    tried_configs=[dict(c) for c in self.tried_configs])
 
     @staticmethod
     def feedback(cand: Candidate, rec: VerificationRecord, recommendations=()) -> Feedback:
@@ -347,10 +381,7 @@ class _RegionLoop:
                 return
             self.progress(f"optimization round {r + 1}")
             base = self.request("optimize", r, ())
-            profile = {"time_ms": self.best_record.time_ms,
-                       "noise": self.best_record.time_noise, "floor_ms": self.floor_ms,
-                       "config": self.best.config, "device": self.best_record.device,
-                       "precision": self.opt.precision}
+            profile = self.profile(self.best, self.best_record)
             try:
                 recs = tuple(self.provider.analyze(base, profile) or ())
             except ProviderError as exc:
@@ -380,6 +411,10 @@ class _RegionLoop:
                         f"no candidate beat the incumbent by more than the noise "
                         f"({stale} round{'s' if stale > 1 else ''} in a row)"))
                     return
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:120]
 
 
 MIN_GAIN = 0.02     # below 2 % a change is not worth a new kernel, whatever the noise says

@@ -218,17 +218,33 @@ def describe_target(target: Any) -> str:
 def analysis_instructions() -> str:
     return (
         "You are a GPU performance engineer. You read the profile of one verified Triton kernel "
-        "(its time against the region's roofline floor, Triton's compile metadata: registers, "
-        "spills, shared memory, warps, stages, and Nsight Compute metrics when present) and say "
-        "what limits it and what to change next. Be concrete and quantitative: name block "
-        "sizes, warps, stages, memory layouts, precision tricks allowed by the policy. Rank the "
-        "changes by expected gain. Do not recommend anything the precision policy forbids or "
-        "that computes results outside Triton. Answer by calling report_analysis.")
+        "(kforge.profile JSON: its time and spread, its roofline position: achieved FLOP/s and "
+        "bytes/s against the policy's peaks; Triton's compile metadata per kernel: registers, "
+        "spills, shared memory, warps, stages; code facts: wgmma, TMA, DPAS, load widths; and "
+        "Nsight Compute counters when present: DRAM and L2 throughput, tensor-pipe and SM "
+        "utilization, achieved occupancy, top warp stalls, L2 hit rate; sources marked absent "
+        "were not measured, which is not zero) and say what limits it and what to change next. "
+        "Be concrete and quantitative: name block sizes, warps, stages, memory layouts, "
+        "precision tricks allowed by the policy. Rank the changes by expected gain, most "
+        "promising first, and give each the profile numbers it rests on as its evidence (e.g. "
+        "\"DRAM 91% of peak, FLOP/s 40% of peak\"). Do not recommend anything the precision "
+        "policy forbids or that computes results outside Triton. Answer by calling "
+        "report_analysis.")
 
 
 def analysis_prompt(request: GenerationRequest, profile: dict) -> str:
     profile = dict(profile)
     source = profile.pop("source", None) or (request.best.source if request.best else None)
+    tried = profile.pop("tried_configs", None) or ()
+    summary = ""
+    if profile.get("schema"):
+        from kforge.profiling.report import for_prompt, summarize
+        from kforge.profiling.schema import Profile
+        try:
+            summary = summarize(Profile.from_json(profile))
+        except Exception:  # noqa: BLE001 - the JSON below still says it all
+            summary = ""
+        profile = for_prompt(profile)
     if not profile.get("floor_ms"):
         profile["floor_ms"] = floor_ms(request)
     time_ms, floor = profile.get("time_ms"), profile.get("floor_ms")
@@ -239,7 +255,12 @@ def analysis_prompt(request: GenerationRequest, profile: dict) -> str:
                      f"{time_ms / floor:.2f}x the floor.")
     parts.append("# Region\n" + describe_spec(request.spec))
     parts.append("# Target\n" + describe_target(request.target))
+    if summary:
+        parts.append("# Profile in numbers\n" + summary)
     parts.append("# Profile\n```json\n" + json.dumps(profile, indent=1, default=str) + "\n```")
+    if tried:
+        parts.append(f"# Tried already ({len(tried)} configurations)\n"
+                     + "\n".join(json.dumps(c, sort_keys=True) for c in tried[-12:]))
     if source:
         parts.append("# Kernel\n```python\n" + source.strip() + "\n```")
     return "\n\n".join(parts)
@@ -251,4 +272,6 @@ def format_recommendation(limiter: str, rec: dict) -> str:
     text = f"[{limiter}] {rec.get('change', '').strip()} (expected gain: {gain})"
     if rec.get("rationale"):
         text += f" — {rec['rationale'].strip()}"
+    if rec.get("evidence"):
+        text += f" [evidence: {rec['evidence'].strip()}]"
     return text

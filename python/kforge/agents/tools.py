@@ -77,8 +77,12 @@ ANALYSIS_TOOL: tuple[str, dict] = (
                                       "description": "One concrete change to the kernel."},
                            "expected_gain": {"type": "string",
                                              "description": "e.g. '1.3x' or '-0.1 ms'."},
-                           "rationale": {"type": "string"}},
-                       "required": ["change", "expected_gain"]}}},
+                           "rationale": {"type": "string"},
+                           "evidence": {"type": "string",
+                                        "description": "The profile numbers this change "
+                                                       "rests on, e.g. 'DRAM 91% of peak, "
+                                                       "FLOP/s 40% of peak'."}},
+                       "required": ["change", "expected_gain", "evidence"]}}},
      "required": ["limiter", "recommendations"]},
 )
 

@@ -434,7 +434,8 @@ class LLMProvider(Provider):
         if not specs:
             user += ("\n\nAnswer with one JSON object only: {\"limiter\": one of "
                      f"{list(LIMITERS)}, \"evidence\": str, \"recommendations\": "
-                     "[{\"change\": str, \"expected_gain\": str, \"rationale\": str}]}")
+                     "[{\"change\": str, \"expected_gain\": str, \"rationale\": str, "
+                     "\"evidence\": str}]}")
         self._record(ctx, "prompt", system=[p.text for p in system], user=user,
                      profile=profile, tools=[t.name for t in specs])
         turn = self._call(ctx, system, [Message("user", user)], specs,
@@ -475,7 +476,8 @@ def _parse_analysis(turn: Turn) -> dict | None:
     return {"limiter": limiter, "evidence": str(data.get("evidence") or ""),
             "recommendations": [{"change": str(r["change"]),
                                  "expected_gain": str(r.get("expected_gain", "?")),
-                                 "rationale": str(r.get("rationale", ""))} for r in recs]}
+                                 "rationale": str(r.get("rationale", "")),
+                                 "evidence": str(r.get("evidence", ""))} for r in recs]}
 
 
 def split_options(options: dict) -> dict:
