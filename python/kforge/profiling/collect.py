@@ -36,19 +36,22 @@ COUNTER_MODES = ("auto", "ncu", "proton", "none")
 
 def work_at_size(spec, dynamic_size: int | None) -> tuple[float, float, str]:
     """(FLOPs, least bytes, note) of one launch at the timed size. The spec counts dynamic
-    dimensions as 1: bytes are recounted from the concrete shapes, FLOPs scaled by the size
-    (one dynamic dimension, as in a batch or sequence length)."""
-    from kforge.verify.inputs import signature_of
+    dimensions as 1: bytes are then recounted from the concrete shapes (also where the spec
+    has no byte count), FLOPs scaled by the size (one dynamic dimension, as in a batch or
+    sequence length)."""
+    from kforge.verify.inputs import TORCH_DTYPES, signature_of
     flops, nbytes = float(spec.flops or 0), float(spec.min_bytes or 0)
     sig = signature_of(spec)
-    if not sig.is_dynamic or not dynamic_size:
+    dynamic = sig.is_dynamic and bool(dynamic_size)
+    if nbytes and not dynamic:
         return flops, nbytes, ""
-    from kforge.verify.inputs import TORCH_DTYPES
-    total = 0.0
-    for t in sig.args + sig.results:
-        total += math.prod(t.concrete(dynamic_size)) * TORCH_DTYPES[t.dtype].itemsize
-    return flops * dynamic_size, total, (f"dynamic dimensions at {dynamic_size}: bytes from the "
-                                         "concrete shapes, FLOPs scaled by the size")
+    size = dynamic_size or 1
+    total = float(sum(math.prod(t.concrete(size)) * TORCH_DTYPES[t.dtype].itemsize
+                      for t in sig.args + sig.results))
+    if not dynamic:
+        return flops, total, "bytes: each argument and result once (the spec has no count)"
+    return flops * size, total, (f"dynamic dimensions at {size}: bytes from the concrete "
+                                 "shapes, FLOPs scaled by the size")
 
 
 def roofline_of(flops: float, nbytes: float, time_ms: float, peaks, precision: str,
