@@ -20,6 +20,7 @@ import concurrent.futures
 import dataclasses
 import datetime as _dt
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +59,9 @@ class SynthOptions:
     # providers (each round costs tokens)
     patience: int | None = None
     # hardware counters in the incumbent's profile: auto (ncu where it is on the PATH, else
-    # Proton), ncu, proton or none (kforge.profiling.collect)
-    profile_counters: str = "auto"
+    # Proton), ncu, proton or none (kforge.profiling.collect); None: auto for the LLM providers,
+    # none for the builtin (ncu costs seconds a kernel; its measured search is cheaper)
+    profile_counters: str | None = None
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,10 @@ class _RegionLoop:
             started = time.monotonic()
             try:
                 prof = collect_profile(self.spec, cand, rec, self.tname, self.opt.precision,
-                                       counters=self.opt.profile_counters,
+                                       counters=self.opt.profile_counters or os.environ.get(
+                                           "KFORGE_PROFILE_COUNTERS") or (
+                                           "none" if self.provider_name == "builtin"
+                                           else "auto"),
                                        timeout_s=self.opt.timeout_s or 300).to_json()
             except Exception as exc:  # noqa: BLE001 - a profile is evidence, never a blocker
                 prof = {"error": f"profiling failed: {type(exc).__name__}: {exc}",
