@@ -134,7 +134,20 @@ class _LoopTools:
         rec = self.loop.verify(Candidate("tool", "tool", source), measure=False, log=False)
         if rec.reason in ("compile_error", "syntax_error"):
             return {"ok": False, "error": rec.message}
-        return {"ok": True}
+        return {"ok": True, **self._metadata(source)}
+
+    def _metadata(self, source: str) -> dict:
+        """The compiled kernels' metadata (kforge.profiling), or why there is none."""
+        from kforge.profiling import collect_profile
+        prof = collect_profile(self.loop.spec, Candidate("tool", "tool", source), None,
+                               self.loop.tname, self.loop.opt.precision, counters="none",
+                               timeout_s=self.loop.opt.timeout_s or 300)
+        if not prof.kernels:
+            return {"metadata": None, "note": prof.sources["compile"].detail}
+        return {"metadata": [{"name": k.name, "num_regs": k.n_regs, "spills": k.n_spills,
+                              "shared": k.shared_bytes, "num_warps": k.num_warps,
+                              "num_stages": k.num_stages, "wgmma": k.wgmma, "tma": k.tma,
+                              "max_load_bytes": k.max_load_bytes} for k in prof.kernels]}
 
     def verify(self, source: str) -> dict:
         rec = self.loop.verify(Candidate("tool", "tool", source), measure=False, log=False)

@@ -72,3 +72,25 @@ def test_builtin_analyst_reads_the_profile_and_its_picks_drive_the_next_round(tm
     assert requests[0]["feedback"][0]["recommendations"] == recs
     candidates = [e["candidate"] for e in log if e["event"] == "candidate"]
     assert candidates[1]["config"] == picks[0]          # measured next: the analyst's first pick
+
+
+def test_compile_tool_answers_with_the_compile_metadata_or_why_none(tmp_path):
+    from fake_llm_server import tool_result_of
+    from test_agents_support import GOOD
+
+    def after_compile(received: Received) -> Reply:
+        result = json.loads(tool_result_of(received))
+        assert result["ok"] is True and "metadata" in result, result
+        if TARGET == "cpu":
+            assert result["metadata"] is None
+            assert result["note"] == "the Triton interpreter compiles no device code"
+        else:
+            assert result["metadata"][0]["num_regs"] > 0
+        return anthropic_text(python_block(GOOD))
+
+    with FakeLLMServer([anthropic_tool_use("compile_kernel", {"source": GOOD}),
+                        after_compile]) as server:
+        result, log = run_loop(server, tmp_path)
+    assert result.status == "verified"
+    call = provider_records(log, "tool_call")[0]
+    assert call["name"] == "compile_kernel" and "metadata" in call["result"]
