@@ -11,8 +11,9 @@ not travel.
         --out $OUT/zoo.json [llama bert ...]
 
 Per model: median milliseconds of each route (CUDA events, warm-up first) — eager, torch.compile,
-KForge, KForge with every region on its reference (compiled: the runtime's fallback path) and
-with the references interpreted op by op (KFORGE_COMPILE_REFERENCES=0) — the KForge error
+KForge, and KForge with no kernels: every region on its aten program compiled (the runtime's
+fallback path), the aten programs run op by op (KFORGE_COMPILE_REFERENCES=0), and the linalg
+references compiled (KFORGE_ATEN_REGIONS=0) — the KForge error
 against eager at the policy's tolerance, and one profiled KForge run (a timer around every
 host-plan step) giving the share of time in verified kernels, region references, fallback ops
 and host steps, and the time of each fallback op.
@@ -68,21 +69,33 @@ def measure(name: str, pkg: Path, policy: str) -> dict:
         row["compile_s"] = round(time.monotonic() - t0, 1)
         row["torch_compile"] = cuda_time_ms(lambda: compiled_tc(*inputs))
     fast = load_package(pkg, module=model, target="cuda", tune=False)
-    slow = load_package(pkg, module=model, target="cuda", tune=False, use_kernels=False)
-    os.environ["KFORGE_COMPILE_REFERENCES"] = "0"       # the references interpreted op by op
-    plain = load_package(pkg, module=model, target="cuda", tune=False, use_kernels=False)
-    os.environ.pop("KFORGE_COMPILE_REFERENCES")
+    # the routes of a package whose regions have no kernel (issue 11's goal 2): the regions'
+    # aten programs compiled (the runtime's default), the same run op by op as eager runs them,
+    # and the older path, the linalg references compiled
+    routes = {"kforge_aten_compiled": {},
+              "kforge_aten_eager": {"KFORGE_COMPILE_REFERENCES": "0"},
+              "kforge_linalg_reference_compiled": {"KFORGE_ATEN_REGIONS": "0"}}
+    without = {}
+    for route, env in routes.items():
+        os.environ.update(env)
+        try:
+            without[route] = load_package(pkg, module=model, target="cuda", tune=False,
+                                          use_kernels=False)
+        finally:
+            for k in env:
+                os.environ.pop(k)
+    row["aten_regions"] = len(without["kforge_aten_compiled"].aten_regions)
     with torch.no_grad():
         t0 = time.monotonic()
         out = fast(*inputs)
         row["kforge_first_call_s"] = round(time.monotonic() - t0, 1)
         row["kforge"] = cuda_time_ms(lambda: fast(*inputs))
-        t0 = time.monotonic()
-        slow(*inputs)
-        row["reference_first_call_s"] = round(time.monotonic() - t0, 1)
-        row["kforge_reference_only"] = cuda_time_ms(lambda: slow(*inputs))
-        row["kforge_reference_interpreted"] = cuda_time_ms(lambda: plain(*inputs), warmup=1,
-                                                           reps=3)
+        for route, compiled in without.items():
+            t0 = time.monotonic()
+            got = compiled(*inputs)
+            row[f"{route}_first_call_s"] = round(time.monotonic() - t0, 1)
+            row[route] = cuda_time_ms(lambda: compiled(*inputs))
+            row[f"{route}_max_abs_err"] = float((got.double() - ref.double()).abs().max())
     pol = get_policy(policy)
     scale = max(1.0, float(ref.double().pow(2).mean().sqrt()))
     err = (out.double() - ref.double()).abs()
@@ -98,7 +111,8 @@ def measure(name: str, pkg: Path, policy: str) -> dict:
     e = row["eager"]["median_ms"]
     row["speedup_vs_eager"] = e / row["kforge"]["median_ms"]
     row["speedup_vs_compile"] = row["torch_compile"]["median_ms"] / row["kforge"]["median_ms"]
-    row["reference_only_vs_eager"] = e / row["kforge_reference_only"]["median_ms"]
+    for route in routes:
+        row[f"{route}_vs_eager"] = e / row[route]["median_ms"]
     return row
 
 

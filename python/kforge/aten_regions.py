@@ -52,7 +52,7 @@ _RESHAPES = {"aten.view.default": "aten.reshape.default",
 
 # Most alternatives tried when a value's producer is ambiguous (a tuple's items of one shape).
 _MAX_CHOICES = 16
-_CHECK_SEEDS = (11, 12)
+_CHECK_SEEDS = (11,)          # one draw: a wrong cut differs everywhere; regions are big
 
 
 class _NoProgram(Exception):

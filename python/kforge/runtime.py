@@ -119,9 +119,9 @@ class CompiledModel:
                 self.kernels[h] = PreparedKernel(module, widx)
 
         # Regions without a kernel run the model's own aten ops where the compiler checked
-        # that program (kforge.aten_regions), else the reference's interpretation of the linalg.
-        # On a GPU either is compiled (torch.compile, on first use) unless
-        # KFORGE_COMPILE_REFERENCES=0.
+        # that program (kforge.aten_regions; KFORGE_ATEN_REGIONS=0: never), else the reference's
+        # interpretation of the linalg. On a GPU either is compiled (torch.compile, on first use)
+        # unless KFORGE_COMPILE_REFERENCES=0.
         self.references: dict = {}
         self.aten_regions: set[str] = set()
         self._prepare_references(compile_them=self.device.type == "cuda" and
@@ -131,7 +131,8 @@ class CompiledModel:
         from kforge.aten_regions import load_programs
         from kforge.kernel_fallbacks import is_kernel_fallback
         from kforge.reference import reference_fn
-        programs = load_programs(self.package.root / "regions")
+        programs = {} if os.environ.get("KFORGE_ATEN_REGIONS") == "0" else \
+            load_programs(self.package.root / "regions")
         for h, spec in self.package.specs.items():
             if h in self.kernels or is_kernel_fallback(spec):
                 continue          # a kernel-backed fallback's reference is PyTorch's op already

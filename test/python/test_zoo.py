@@ -41,6 +41,14 @@ def test_zoo_model_compiles_runs_and_matches_eager(name, tmp_path, kforge_opt, m
     scale = max(1.0, float(want.double().pow(2).mean().sqrt()))   # the policy's RMS-scaled atol
     assert torch.allclose(got.double(), want.double(), atol=1e-4 * scale, rtol=1e-4), \
         (name, abs_err)
+    # without kernels the regions run the model's own aten ops (kforge.aten_regions): each
+    # region's program was checked against its reference; together they reproduce eager
+    fallback = load_package(pkg, use_kernels=False)
+    from kforge.kernel_fallbacks import is_kernel_fallback
+    linalg = [h for h in fallback.regions if not is_kernel_fallback(fallback.package.specs[h])]
+    assert len(fallback.aten_regions) >= 0.8 * len(linalg), (name, fallback.describe())
+    got = fallback(*inputs)
+    assert torch.allclose(got.double(), want.double(), atol=1e-4 * scale, rtol=1e-4), name
 
 
 def test_zoo_llama_through_torch_compile_backend(tmp_path, kforge_opt, monkeypatch):
