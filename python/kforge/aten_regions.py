@@ -81,8 +81,10 @@ class AtenProgram:
     def from_json(doc: dict) -> "AtenProgram":
         if doc.get("schema") != PROGRAM_SCHEMA or doc.get("version") != PROGRAM_VERSION:
             raise UserError(f"not a {PROGRAM_SCHEMA} v{PROGRAM_VERSION} document")
-        return AtenProgram(doc["region"], tuple(tuple(i) for i in doc["inputs"]),
-                           tuple(doc["ops"]), tuple(tuple(o) for o in doc["outputs"]))
+        return AtenProgram(doc["region"],
+                           tuple((n, i, tuple(shape)) for n, i, shape in doc["inputs"]),
+                           tuple(doc["ops"]),
+                           tuple((n, item, tuple(shape)) for n, item, shape in doc["outputs"]))
 
     def callable(self):
         """f(*region_args) -> tuple of the region's results, by torch.ops."""

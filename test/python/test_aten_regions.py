@@ -1,0 +1,124 @@
+"""Regions without a kernel run the model's own aten ops (kforge.aten_regions): real torch-mlir
+imports, real kforge-opt provenance, programs checked against the regions' linalg references."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from kforge.aten_regions import AtenProgram, build_programs, load_programs
+
+
+class Block(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.norm(self.fc(x))) + x
+
+
+class TwoBlocks(nn.Module):
+    """Two equal blocks: their regions share one outlined function (one hash, two call sites),
+    and a cumsum between them is a fallback op."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.a, self.b = Block(d), Block(d)
+
+    def forward(self, x):
+        return self.b(torch.cumsum(self.a(x), dim=1))
+
+
+def _regions(tmp_path):
+    from kforge.frontend import form_regions, import_model
+    torch.manual_seed(0)
+    model = TwoBlocks().eval()
+    x = torch.randn(3, 5, 16)
+    imported = import_model(model, tmp_path / "model.mlir", example_inputs=(x,))
+    regions = tmp_path / "regions"
+    form_regions(imported.mlir_path, regions)
+    return model, x, imported, regions
+
+
+def _run(regions, imported, model, x, references):
+    from kforge.reference import run_host_plan
+    from kforge.spec import load_host_plan
+    plan = load_host_plan(regions / "host_plan.json")
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    weights = {name: state[name].detach() for name in imported.weight_names}
+    return run_host_plan(plan, None, [x], weights, references=references)[0]
+
+
+def test_every_region_gets_a_checked_program_of_the_models_aten_ops(tmp_path, kforge_opt):
+    model, x, imported, regions = _regions(tmp_path)
+    plan = json.loads((regions / "host_plan.json").read_text())
+    calls = [s for s in plan["steps"] if "call" in s]
+    assert len(calls) >= 2 and all("origin" in s for s in calls)
+    summary = build_programs(regions, imported.fx_graph_path)
+    assert summary["regions"] and all(e["program"] for e in summary["regions"].values()), summary
+    programs = load_programs(regions)
+    ops = {op["op"] for p in programs.values() for op in p.ops}
+    # PyTorch's own ops (the decomposed graph torch.export made), not a linalg interpretation
+    assert any(o.startswith(("aten.mm", "aten.addmm")) for o in ops), ops
+    assert "aten.erf.default" in ops or "aten.gelu.default" in ops, ops
+    refs = {h: p.callable() for h, p in programs.items()}
+    with torch.no_grad():
+        want = model(x)
+        got = _run(regions, imported, model, x, refs)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_wrong_cut_is_rejected_and_the_region_keeps_its_reference(tmp_path, kforge_opt):
+    model, x, imported, regions = _regions(tmp_path)
+    plan_path = regions / "host_plan.json"
+    plan = json.loads(plan_path.read_text())
+    fx = json.loads(imported.fx_graph_path.read_text())
+    shapes = {n["name"]: n.get("value", {}).get("shape") for n in fx["nodes"]}
+    # every call site claims its result is another node of the same shape: the graph's input
+    # + the first matmul's result have the shape of every block's output
+    for step in plan["steps"]:
+        if "call" not in step:
+            continue
+        origin = step["origin"]
+        for i, node in enumerate(origin["results"]):
+            wrong = next(n for n in origin["nodes"] if n != node and shapes.get(n) == shapes[node])
+            origin["results"][i] = wrong
+    plan_path.write_text(json.dumps(plan))
+    summary = build_programs(regions, imported.fx_graph_path)
+    rejected = {h: e for h, e in summary["regions"].items() if not e["program"]}
+    assert rejected, summary
+    assert any("differs from the region's reference" in e["why"] for e in rejected.values()), \
+        rejected
+    programs = load_programs(regions)
+    assert not set(rejected) & set(programs)
+    # the package still runs right: rejected regions are interpreted from their linalg
+    with torch.no_grad():
+        got = _run(regions, imported, model, x, {h: p.callable() for h, p in programs.items()})
+    torch.testing.assert_close(got, model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_without_provenance_or_graph_the_summary_says_why(tmp_path, kforge_opt):
+    _, _, imported, regions = _regions(tmp_path)
+    summary = build_programs(regions, tmp_path / "missing.fx.json")
+    assert all(not e["program"] and "no FX graph" in e["why"]
+               for e in summary["regions"].values())
+    assert load_programs(regions) == {}
+
+
+def test_program_documents_round_trip_and_refuse_other_schemas():
+    program = AtenProgram("0123456789abcdef", (("x", 0, (2, 3)),),
+                          ({"name": "r", "op": "aten.relu.default", "args": [{"node": "x"}],
+                            "kwargs": {}},),
+                          (("r", None, (6,)),))
+    again = AtenProgram.from_json(json.loads(json.dumps(program.to_json())))
+    assert again == program
+    x = torch.tensor([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]])
+    (out,) = again.callable()(x)
+    assert out.shape == (6,) and torch.equal(out, torch.relu(x).reshape(6))
+    from kforge.errors import UserError
+    with pytest.raises(UserError, match="not a kforge.aten-program"):
+        AtenProgram.from_json({"schema": "something-else"})
