@@ -257,3 +257,30 @@ def test_kforge_profile_command(tmp_path, run_kforge, kforge_opt, examples_dir):
     bad = run_kforge("profile", pkg, "ffffffff")
     assert bad.returncode != 0 and "no cpu kernel for region 'ffffffff'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_collect_profile_cross_compiles_a_cuda_kernel_without_the_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("the GPU is here: the profile compiles on it instead")
+    from kforge.providers.builtin import candidates
+    spec = load_spec(Path(__file__).parent / "fixtures" / "specs" / "matmul_bias_relu.json")
+    cand = candidates(spec, "cuda", "bf16")[0]
+    prof = collect_profile(spec, cand, None, "cuda", "bf16")
+    assert prof.sources["compile"].present and "sm_90" in prof.sources["compile"].detail
+    k = prof.main_kernel()
+    assert k.wgmma and k.n_regs > 0 and k.n_spills == 0 and k.num_warps == cand.config["num_warps"]
+    assert prof.sources["ncu"].detail == "no cuda device here" and prof.timing is None
+
+
+def test_profiling_worker_refuses_what_the_sandbox_refuses(tmp_path):
+    import subprocess
+    import sys
+    from kforge.profiling.collect import WORKER, _job
+    from kforge.providers.base import Candidate
+    spec = load_spec(Path(__file__).parent / "fixtures" / "specs" / "gelu_tanh.json")
+    evil = Candidate("x", "x", "import kforge.reference\ndef launch(*a):\n    return a\n")
+    job = _job(tmp_path, evil, spec, "cpu", 8, "meta", 1)
+    p = subprocess.run([sys.executable, str(WORKER), str(job)], capture_output=True, text=True,
+                       env={**__import__("os").environ, "TRITON_INTERPRET": "1"}, timeout=120)
+    assert p.returncode != 0 and "kforge profiler: a kernel may not import kforge" in p.stderr

@@ -13,6 +13,7 @@ source, the region's signature, the input seed and size and the mode:
 """
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import json
 import os
@@ -27,6 +28,19 @@ def _load(path: str, name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# the verifier's sandbox refuses the same imports (kforge/verify/_worker.py): a profiled kernel
+# (verified, or an agent's source the compile tool was asked about) gets no more reach here
+BLOCKED_IMPORTS = ("kforge", "torch_mlir", "mlir", "subprocess", "multiprocessing", "ctypes",
+                   "socket", "pickle", "shutil")
+
+
+class _ImportBlocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in BLOCKED_IMPORTS:
+            raise ImportError(f"kforge profiler: a kernel may not import {fullname}")
+        return None
 
 
 def _jit_functions(module):
@@ -84,6 +98,10 @@ def main() -> int:
     inputs = _load(job["inputs_path"], "_kforge_profile_inputs")
     sig = inputs.Signature.from_json(job["signature"])
     device = job["device"]
+    if job["mode"] == "proton":
+        import triton.profiler  # noqa: F401  (before the blocker: it may need what it refuses)
+    import triton  # noqa: F401
+    sys.meta_path.insert(0, _ImportBlocker())
     module = _load(job["source_path"], "kforge_profiled_candidate")
     args = [t.to(device) for t in inputs.make_inputs(sig, job["seed"], job["size"],
                                                      job.get("domain", "mixed"))]
