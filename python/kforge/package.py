@@ -257,7 +257,8 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     """Synth (per region, resuming) + link + report, for a package whose regions/ exists.
     Regions run on `executor` (kforge.workers; default: the one `use_workers` set, else this
     process); each outcome is recorded in the package as it arrives."""
-    from kforge.workers import RegionTask, absorb, cache_location, current_executor
+    from kforge.workers import (RegionTask, absorb, cache_location, current_executor,
+                                find_attempt)
     started = time.monotonic()
     pkg = Path(pkg)
     package = open_package(pkg)
@@ -296,9 +297,12 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
 
     def on_event(ev) -> None:
         if ev.kind == "started":
+            if find_attempt(attempts, ev.data) is not None:     # arrived after its outcome
+                return
             attempts.append(ev.data.to_json())
-            sink.region(ev.hash, package.specs[ev.hash])
-            sink.started(ev.hash, ev.data)
+            if ev.hash not in finished:
+                sink.region(ev.hash, package.specs[ev.hash])
+                sink.started(ev.hash, ev.data)
         elif ev.kind == "note":
             sink.note(ev.hash, ev.data)
         elif ev.kind == "verified" and ev.hash not in finished:

@@ -29,7 +29,8 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     workers': a driver without a GPU can tune on a cluster's GPUs."""
     from kforge.cache import atomic_write_text
     from kforge.synth import SynthOptions
-    from kforge.workers import RegionTask, TuneJob, absorb, cache_location, current_executor
+    from kforge.workers import (RegionTask, TuneJob, absorb, cache_location,
+                                current_executor, find_attempt)
     package = open_package(pkg)
     target = package.target
     executor = executor or current_executor()
@@ -61,7 +62,8 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
 
     def on_event(ev) -> None:
         if ev.kind == "started":
-            attempts.append(ev.data.to_json())
+            if find_attempt(attempts, ev.data) is None:       # not after its outcome
+                attempts.append(ev.data.to_json())
         elif ev.kind == "note":
             say(ev.data)
 

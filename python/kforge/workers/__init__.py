@@ -94,7 +94,9 @@ class TaskOutcome:
 @dataclass(frozen=True)
 class Event:
     """A worker's message while its task runs: started (data: TaskRecord), note (data: text),
-    verified (data: RegionResult, before its optimization passes)."""
+    verified (data: RegionResult, before its optimization passes). An executor may deliver a
+    task's events after its outcome (Ray does not wait for them): a receiver ignores a
+    verified event of a finished region and a started event of a recorded attempt."""
     kind: str
     hash: str
     data: object = None
@@ -204,11 +206,20 @@ def absorb(outcome: TaskOutcome, cache, regions_dir, attempts: list[dict]) -> No
             cache.put_missing(key, entry)
     rec = outcome.record
     if rec is not None:
-        for a in attempts:
-            if (a["hash"], a["host"], a["pid"], a["started_at"]) == \
-                    (rec.hash, rec.host, rec.pid, rec.started_at):
-                a["elapsed_s"] = rec.elapsed_s
+        a = find_attempt(attempts, rec)
+        if a is None:                 # its started event is still on the way
+            attempts.append(rec.to_json())
+        else:
+            a["elapsed_s"] = rec.elapsed_s
+
+
+def find_attempt(attempts: list[dict], rec: TaskRecord) -> dict | None:
+    for a in attempts:
+        if (a["hash"], a["host"], a["pid"], a["started_at"]) == \
+                (rec.hash, rec.host, rec.pid, rec.started_at):
+            return a
+    return None
 
 
 __all__ = ["Event", "Executor", "RegionTask", "TaskOutcome", "TaskRecord", "TuneJob",
-           "WORKERS_HELP", "absorb", "cache_location", "current_executor", "parse_workers", "use_workers"]
+           "WORKERS_HELP", "absorb", "cache_location", "find_attempt", "current_executor", "parse_workers", "use_workers"]

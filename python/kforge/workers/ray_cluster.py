@@ -66,9 +66,9 @@ def _ray_task(task: RegionTask, events, admit_bytes: int, device_lock: bool) -> 
     ctx = ray.get_runtime_context()
 
     def emit(event: Event) -> None:
-        ref = events.put.remote(event)
-        if event.kind != "note":            # delivered before the outcome is
-            ray.get(ref)
+        # not waited for: a task blocked in ray.get gives its CPU back and Ray would start
+        # another task beside it. The driver copes with events that arrive after the outcome.
+        events.put.remote(event)
 
     def run() -> TaskOutcome:
         return run_task(task, emit, node=ctx.get_node_id(), worker=ctx.get_worker_id())
