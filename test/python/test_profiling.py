@@ -248,6 +248,7 @@ def test_kforge_profile_command(tmp_path, run_kforge, kforge_opt, examples_dir):
         prof = load_profile(pkg / "profile" / f"{h}.json")
         assert prof.timing is not None and prof.roofline is not None
     assert "absent: compile: the Triton interpreter compiles no device code" in r.stdout
+    assert "1. [" in r.stdout.split("kforge profile")[1].split("absent:")[0]   # the table
     assert "roofline plot:" in r.stdout and (pkg / "profile" / "roofline.png").stat().st_size > 0
     report = (pkg / "report.md").read_text()
     assert "## Kernel profiles (`kforge profile`)" in report

@@ -77,6 +77,7 @@ def _update_report(root: Path, section: dict) -> None:
 
 def cmd_profile(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from kforge.profiling.report import TABLE_COLUMNS, table_cells
@@ -89,7 +90,7 @@ def cmd_profile(args) -> int:
     for col in TABLE_COLUMNS:
         table.add_column(col)
     for row in section["rows"]:
-        table.add_row(*table_cells(row))
+        table.add_row(*(escape(c) for c in table_cells(row)))   # "[spills]" is no markup
     console.print(table)
     for row in section["rows"]:
         console.print(f"[bold]{row['region']}[/bold] ({row['candidate']}):", highlight=False)
