@@ -50,9 +50,39 @@ def cuda_time_ms(fn, warmup: int = 3, reps: int = 10) -> dict:
     return {"median_ms": statistics.median(times), "min_ms": min(times), "reps": reps}
 
 
+# KForge routes: environment each package is loaded under. "kforge" is the runtime's default
+# (verified kernels, CUDA graphs); the no-kernel routes are issue 11's goal 2: every region on
+# its aten program (compiled by torch.compile, or op by op as eager runs them) or on its linalg
+# reference compiled (the path before aten programs).
+ROUTES = {
+    "kforge": ({}, True),
+    "kforge_no_graphs": ({"KFORGE_CUDA_GRAPHS": "0"}, True),
+    "kforge_aten_compiled": ({}, False),
+    "kforge_aten_eager": ({"KFORGE_COMPILE_REFERENCES": "0"}, False),
+    "kforge_aten_eager_no_graphs": ({"KFORGE_COMPILE_REFERENCES": "0",
+                                     "KFORGE_CUDA_GRAPHS": "0"}, False),
+    "kforge_linalg_reference_compiled": ({"KFORGE_ATEN_REGIONS": "0"}, False),
+}
+
+
+def _load(pkg, model, env: dict, use_kernels: bool):
+    from kforge.runtime import load_package
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return load_package(pkg, module=model, target="cuda", tune=False,
+                            use_kernels=use_kernels)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def measure(name: str, pkg: Path, policy: str) -> dict:
     from kforge.coverage import merge_profile, plan_coverage, profile_plan
-    from kforge.runtime import load_model_file, load_package
+    from kforge.runtime import load_model_file
     from kforge.verify.policy import get_policy
     path = ROOT / "benchmarks" / "models" / f"{name}.py"
     model, _ = load_model_file(path, with_model=True, seed=0)
@@ -60,62 +90,65 @@ def measure(name: str, pkg: Path, policy: str) -> dict:
     model = model.cuda().eval()
     inputs = [t.cuda() for t in inputs]
     row = {"model": name, "policy": policy, "inputs": [list(t.shape) for t in inputs]}
+    pol = get_policy(policy)
     with torch.no_grad():
         row["eager"] = cuda_time_ms(lambda: model(*inputs))
         ref = model(*inputs)
-        t0 = time.monotonic()
-        compiled_tc = torch.compile(model)
-        compiled_tc(*inputs)
-        row["compile_s"] = round(time.monotonic() - t0, 1)
-        row["torch_compile"] = cuda_time_ms(lambda: compiled_tc(*inputs))
-    fast = load_package(pkg, module=model, target="cuda", tune=False)
-    # the routes of a package whose regions have no kernel (issue 11's goal 2): the regions'
-    # aten programs compiled (the runtime's default), the same run op by op as eager runs them,
-    # and the older path, the linalg references compiled
-    routes = {"kforge_aten_compiled": {},
-              "kforge_aten_eager": {"KFORGE_COMPILE_REFERENCES": "0"},
-              "kforge_linalg_reference_compiled": {"KFORGE_ATEN_REGIONS": "0"}}
-    wanted = os.environ.get("ZOO_ROUTES")          # a comma-separated subset, to save time
-    if wanted:
-        routes = {r: env for r, env in routes.items() if r in wanted.split(",")}
-    without = {}
-    for route, env in routes.items():
-        os.environ.update(env)
-        try:
-            without[route] = load_package(pkg, module=model, target="cuda", tune=False,
-                                          use_kernels=False)
-        finally:
-            for k in env:
-                os.environ.pop(k)
-    row["aten_regions"] = max((len(c.aten_regions) for c in without.values()), default=0)
-    with torch.no_grad():
-        t0 = time.monotonic()
-        out = fast(*inputs)
-        row["kforge_first_call_s"] = round(time.monotonic() - t0, 1)
-        row["kforge"] = cuda_time_ms(lambda: fast(*inputs))
-        for route, compiled in without.items():
-            t0 = time.monotonic()
-            got = compiled(*inputs)
-            row[f"{route}_first_call_s"] = round(time.monotonic() - t0, 1)
-            row[route] = cuda_time_ms(lambda: compiled(*inputs))
-            row[f"{route}_max_abs_err"] = float((got.double() - ref.double()).abs().max())
-    pol = get_policy(policy)
+        for label, mode in (("torch_compile", None), ("torch_compile_cudagraphs",
+                                                      "reduce-overhead")):
+            try:
+                torch._dynamo.reset()
+                t0 = time.monotonic()
+                tc = torch.compile(model, mode=mode)
+                tc(*inputs)
+                row[f"{label}_compile_s"] = round(time.monotonic() - t0, 1)
+                row[label] = cuda_time_ms(lambda: tc(*inputs))
+            except Exception as exc:  # noqa: BLE001 - a baseline that fails is recorded
+                row[label] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        torch._dynamo.reset()
     scale = max(1.0, float(ref.double().pow(2).mean().sqrt()))
-    err = (out.double() - ref.double()).abs()
-    row["max_abs_err"] = float(err.max())
-    row["correct"] = bool(torch.allclose(out.double(), ref.double(), atol=pol.atol * scale,
-                                         rtol=pol.rtol))
-    verified = set(fast.kernels)
-    cov = plan_coverage(fast.package.plan, fast.package.specs, verified)
-    prof = profile_plan(fast, inputs, repeats=2)
-    row["coverage"] = merge_profile(cov, prof)
-    row["regions"] = len(fast.package.region_hashes())
-    row["regions_on_kernels"] = len(verified)
+    wanted = os.environ.get("ZOO_ROUTES")          # a comma-separated subset, to save time
+    routes = {r: v for r, v in ROUTES.items() if not wanted or r in wanted.split(",")}
+    fast = None
+    for route, (env, use_kernels) in routes.items():
+        try:
+            compiled = _load(pkg, model, env, use_kernels)
+            with torch.no_grad():
+                t0 = time.monotonic()
+                got = compiled(*inputs)
+                torch.cuda.synchronize()
+                row[f"{route}_first_call_s"] = round(time.monotonic() - t0, 1)
+                row[route] = cuda_time_ms(lambda: compiled(*inputs))
+            err = (got.double() - ref.double()).abs()
+            row[f"{route}_max_abs_err"] = float(err.max())
+            row[f"{route}_correct"] = bool(torch.allclose(
+                got.double(), ref.double(), atol=pol.atol * scale, rtol=pol.rtol))
+            if compiled.graphs is not None:
+                row[f"{route}_graphs"] = {"captured": len(compiled.graphs.captured),
+                                          "skipped": list(compiled.graphs.skipped.values())}
+            if not use_kernels:
+                row["aten_regions"] = len(compiled.aten_regions)
+            if route == "kforge":
+                fast = compiled
+        except Exception as exc:  # noqa: BLE001 - one route's failure is recorded
+            row[route] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                          "traceback": traceback.format_exc()[-1500:]}
+    if fast is not None:
+        row["correct"] = row.get("kforge_correct")
+        row["max_abs_err"] = row.get("kforge_max_abs_err")
+        verified = set(fast.kernels)
+        cov = plan_coverage(fast.package.plan, fast.package.specs, verified)
+        row["coverage"] = merge_profile(cov, profile_plan(fast, inputs, repeats=2))
+        row["regions"] = len(fast.package.region_hashes())
+        row["regions_on_kernels"] = len(verified)
     e = row["eager"]["median_ms"]
-    row["speedup_vs_eager"] = e / row["kforge"]["median_ms"]
-    row["speedup_vs_compile"] = row["torch_compile"]["median_ms"] / row["kforge"]["median_ms"]
+    best_tc = min((row[k]["median_ms"] for k in ("torch_compile", "torch_compile_cudagraphs")
+                   if "median_ms" in row.get(k, {})), default=None)
     for route in routes:
-        row[f"{route}_vs_eager"] = e / row[route]["median_ms"]
+        if "median_ms" in row.get(route, {}):
+            row[f"{route}_vs_eager"] = e / row[route]["median_ms"]
+            if best_tc:
+                row[f"{route}_vs_best_torch_compile"] = best_tc / row[route]["median_ms"]
     return row
 
 

@@ -87,55 +87,71 @@ class AtenProgram:
                            tuple((n, item, tuple(shape)) for n, item, shape in doc["outputs"]))
 
     def callable(self):
-        """f(*region_args) -> tuple of the region's results, by torch.ops."""
+        """f(*region_args) -> tuple of the region's results, by torch.ops: Python source made
+        once (one call per op, arguments as literals), so a call costs what eager's dispatch
+        of the same ops costs."""
         from kforge.fallbacks import resolve
-        steps = []
-        for op in self.ops:
+        names = {}
+
+        def var(node: str) -> str:
+            return names.setdefault(node, f"v{len(names)}")
+
+        scope: dict = {"torch": torch}
+        lines = ["def run(*args):",
+                 "    device = args[0].device if args else torch.device('cpu')"]
+        for name, index, shape in self.inputs:
+            lines.append(f"    {var(name)} = args[{int(index)}].reshape({list(shape)!r})")
+        for i, op in enumerate(self.ops):
+            target = op["op"]
+            if target == "getitem":
+                src, item = op["args"]
+                lines.append(f"    {var(op['name'])} = {var(src['node'])}[{int(item)}]")
+                continue
             # a view of a value whose strides differ from the export's (operands arrive dense)
             # is the same reshape; the graph is functional, so nothing can observe the copy
-            name = _RESHAPES.get(op["op"], op["op"])
-            fn = None if name == "getitem" else resolve(name)
-            steps.append((op["name"], fn, op["args"], op["kwargs"]))
-        inputs, outputs = self.inputs, self.outputs
-
-        def run(*args):
-            device = args[0].device if args else torch.device("cpu")
-            env = {}
-            for name, index, shape in inputs:
-                t = args[index]
-                env[name] = t if list(t.shape) == list(shape) else t.reshape(shape)
-            for name, fn, a, kw in steps:
-                if fn is None:
-                    env[name] = env[a[0]["node"]][a[1]]
-                else:
-                    env[name] = fn(*_decode(a, env, device),
-                                   **{k: _decode(v, env, device) for k, v in kw.items()})
-            outs = []
-            for name, item, shape in outputs:
-                v = env[name] if item is None else env[name][item]
-                outs.append(v.reshape(shape).contiguous())
-            return tuple(outs)
+            scope[f"op{i}"] = resolve(_RESHAPES.get(target, target))
+            args = [_literal(a, var) for a in op["args"]]
+            args += [f"{k}={_literal(v, var)}" for k, v in op["kwargs"].items()]
+            lines.append(f"    {var(op['name'])} = op{i}({', '.join(args)})")
+        outs = []
+        for name, item, shape in self.outputs:
+            value = var(name) if item is None else f"{var(name)}[{int(item)}]"
+            outs.append(f"{value}.reshape({list(shape)!r}).contiguous()")
+        lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, f"<kforge aten program {self.region}>", "exec"), scope)
+        run = scope["run"]
+        run.source = source
         return run
 
 
-def _decode(a, env, device):
+def _literal(a, var) -> str:
+    """An argument record (frontend.fxgraph) as Python source."""
     if isinstance(a, dict):
         if "node" in a:
-            return env[a["node"]]
+            return var(a["node"])
         if "dtype" in a:
-            return getattr(torch, a["dtype"])
+            return f"torch.{_identifier(a['dtype'])}"
         if "device" in a:
-            return device               # the device the package runs on, not the export's
+            return "device"             # the device the package runs on, not the export's
         if "layout" in a:
-            return getattr(torch, a["layout"])
+            return f"torch.{_identifier(a['layout'])}"
         if "memory_format" in a:
-            return getattr(torch, a["memory_format"])
+            return f"torch.{_identifier(a['memory_format'])}"
         if "float" in a:
-            return float(a["float"])
+            return f"float({str(a['float'])!r})"
         raise UserError(f"aten program: unknown argument record {a}")
     if isinstance(a, list):
-        return [_decode(v, env, device) for v in a]
-    return a
+        return "[" + ", ".join(_literal(v, var) for v in a) + "]"
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return repr(a)
+    raise UserError(f"aten program: unknown argument {a!r}")
+
+
+def _identifier(text: str) -> str:
+    if not str(text).isidentifier():
+        raise UserError(f"aten program: {text!r} is not a torch attribute name")
+    return str(text)
 
 
 def load_programs(regions_dir: str | Path) -> dict[str, AtenProgram]:

@@ -126,6 +126,9 @@ class CompiledModel:
         self.aten_regions: set[str] = set()
         self._prepare_references(compile_them=self.device.type == "cuda" and
                                  os.environ.get("KFORGE_COMPILE_REFERENCES") != "0")
+        from kforge.graphs import PlanGraphs, graphs_wanted
+        self.graphs = PlanGraphs(self._run_plan, self.device) \
+            if graphs_wanted(self.device) else None
 
     def _prepare_references(self, compile_them: bool) -> None:
         from kforge.aten_regions import load_programs
@@ -139,10 +142,13 @@ class CompiledModel:
             if h in programs:
                 fn = programs[h].callable()
                 self.aten_regions.add(h)
-            elif compile_them:
+            elif compile_them or not spec.args:
                 fn = reference_fn(spec)
             else:
                 continue          # run_host_plan interprets it
+            if not spec.args:     # no operands: a constant (a mask from index ranges)
+                self.references[h] = _ConstantRegion(fn, self.device)
+                continue
             self.references[h] = _CompiledReference(fn, h) if compile_them else fn
 
     @property
@@ -155,9 +161,16 @@ class CompiledModel:
 
     def run(self, inputs, step_timer: Callable | None = None) -> tuple[torch.Tensor, ...]:
         """The plan's outputs for `inputs` (moved to the device); `step_timer(step, run)`
-        wraps each host-plan step (kforge.coverage.profile_plan)."""
-        from kforge.reference import run_host_plan
+        wraps each host-plan step (kforge.coverage.profile_plan). On a GPU the plan is
+        replayed as a CUDA graph (kforge.graphs) unless KFORGE_CUDA_GRAPHS=0 or a step cannot
+        be captured."""
         args = [t.to(self.device) for t in inputs]
+        if step_timer is None and self.graphs is not None:
+            return self.graphs(args)
+        return self._run_plan(args, step_timer)
+
+    def _run_plan(self, args, step_timer: Callable | None = None) -> tuple[torch.Tensor, ...]:
+        from kforge.reference import run_host_plan
         with torch.no_grad():
             return run_host_plan(self.package.plan, self.package.specs, args, self.weights,
                                  kernels=self.kernels, references=self.references,
@@ -168,6 +181,8 @@ class CompiledModel:
     def bind(self, module: torch.nn.Module) -> "CompiledModel":
         """Use the weights of a live module of the same architecture."""
         self.weights = module_weights(module, self.package, self.device)
+        if self.graphs is not None:
+            self.graphs.reset()             # the captured graphs read the old weights
         return self
 
     def describe(self) -> str:
@@ -176,6 +191,18 @@ class CompiledModel:
         return (f"kforge package {self.package.root} on {self.target}: {len(self.kernels)}/{n} "
                 f"regions by verified kernels, {len(self.aten_regions)} of the other {rest} by "
                 "their aten ops (PyTorch), the rest by the reference")
+
+
+class _ConstantRegion:
+    """A region without operands computes the same tensors every run: once, on the device."""
+
+    def __init__(self, fn, device):
+        self.fn, self.device, self.value = fn, device, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = tuple(t.to(self.device) for t in self.fn())
+        return self.value
 
 
 class _CompiledReference:
