@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from kforge.errors import UserError
@@ -222,4 +222,5 @@ def find_attempt(attempts: list[dict], rec: TaskRecord) -> dict | None:
 
 
 __all__ = ["Event", "Executor", "RegionTask", "TaskOutcome", "TaskRecord", "TuneJob",
-           "WORKERS_HELP", "absorb", "cache_location", "find_attempt", "current_executor", "parse_workers", "use_workers"]
+           "WORKERS_HELP", "absorb", "cache_location", "current_executor", "find_attempt",
+           "parse_workers", "use_workers"]

@@ -157,4 +157,5 @@ def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
             os.environ["KFORGE_GPU_LOCK"] = old
 
 
-__all__ = ["admitted", "device_lock_path", "device_tag", "estimate_bytes", "free_bytes", "reserved_bytes"]
+__all__ = ["admitted", "device_lock_path", "device_tag", "estimate_bytes", "free_bytes",
+           "reserved_bytes"]
