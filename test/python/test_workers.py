@@ -71,6 +71,23 @@ def test_second_compile_on_the_cluster_is_served_from_the_cache(first_compile, r
     assert len(report["workers"]["attempts"]) == 2          # still tasks on the cluster
 
 
+def test_kforge_tune_on_the_cluster(first_compile, run_kforge, tmp_path):
+    import shutil
+    src, report = first_compile
+    pkg = tmp_path / "pkg"
+    shutil.copytree(src / "pkg1", pkg)
+    proc = run_kforge("tune", pkg, "--rounds", "1", "--workers", "ray:2", "--cache-dir",
+                      tmp_path / "cache", timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in report["regions"]:
+        assert f"region {r['hash']}: verified" in proc.stdout
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    assert all(e["verification"]["status"] == "verified" for e in manifest["kernels"].values())
+    for h in manifest["kernels"]:            # the tuning rounds' logs came back to the package
+        log = (pkg / "regions" / h / "log.jsonl").read_text()
+        assert log.count('"event": "start"') == 2, log[-500:]
+
+
 class _KillFirstRegion:
     """A progress sink that kills the worker of the first region to report progress, once."""
 
