@@ -36,7 +36,7 @@ class _Captured:
 class PlanGraphs:
     """`graphs(args)` == `run_plan(args)`, replayed from a CUDA graph per input signature."""
 
-    def __init__(self, run_plan: Callable[[Sequence[torch.Tensor]], tuple], device):
+    def __init__(self, run_plan: Callable, device):
         self.run_plan = run_plan
         self.device = device
         self.captured: dict[tuple, _Captured] = {}
@@ -69,6 +69,7 @@ class PlanGraphs:
         static = [a.clone() for a in args]
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
+        current: list = []            # the step being captured, to name it if capture fails
         try:
             with torch.cuda.stream(side), torch.no_grad():
                 for _ in range(2):           # compiles every kernel outside the capture
@@ -78,11 +79,17 @@ class PlanGraphs:
             graph = torch.cuda.CUDAGraph()
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
+            def track(step, run):
+                current[:] = [step]
+                return run()
+
             with torch.cuda.graph(graph, pool=self.pool), torch.no_grad():
-                outputs = self.run_plan(static)
+                outputs = self.run_plan(static, track)
         except Exception as exc:  # noqa: BLE001 - any step that cannot be captured
             torch.cuda.synchronize(self.device)
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            if current:
+                why = f"step {_describe(current[0])}: {why}"
             self.skipped[key] = why
             warnings.warn(f"kforge: this package's plan cannot run as a CUDA graph ({why}); "
                           "it runs step by step", stacklevel=3)
@@ -92,6 +99,11 @@ class PlanGraphs:
         entry = _Captured(graph, static, tuple(outputs))
         self.captured[key] = entry
         return entry
+
+
+def _describe(step) -> str:
+    name = getattr(step, "call", None) or getattr(step, "name", None) or type(step).__name__
+    return f"{type(step).__name__} {name} -> {', '.join(getattr(step, 'results', ()))}"
 
 
 __all__ = ["PlanGraphs", "graphs_wanted", "MAX_GRAPHS"]

@@ -115,7 +115,8 @@ def _read_through_map(t: torch.Tensor, m: AffineMap, grids, n: int) -> torch.Ten
     index = []
     for r in m.results:
         ix = _eval_affine(r, grids)
-        index.append(torch.as_tensor(ix, device=t.device) if not torch.is_tensor(ix) else ix)
+        index.append(ix if torch.is_tensor(ix) else
+                     torch.full((), ix, dtype=torch.int64, device=t.device))
     v = t[tuple(index)]
     return v.reshape(list(v.shape) + [1] * (n - v.dim())) if v.dim() < n else v
 
@@ -136,7 +137,8 @@ def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out: torch.Ten
     index = []
     for r in m.results:
         ix = _eval_affine(r, grids)
-        index.append(ix if torch.is_tensor(ix) else torch.as_tensor(ix, device=out.device))
+        index.append(ix if torch.is_tensor(ix) else
+                     torch.full((), ix, dtype=torch.int64, device=out.device))
     *index, values = torch.broadcast_tensors(*index, values)
     out[tuple(index)] = values
     return out
@@ -293,7 +295,8 @@ def _eval_body(body: Body, env: dict, types: _Types, device, wanted: Sequence[st
         dt = types.of(s.type) if s.type else None
         op = s.op
         if op == "arith.constant":
-            r = torch.tensor(s.value, dtype=dt, device=device)
+            # a fill, not a copy from host memory (CUDA graph capture refuses those)
+            r = torch.full((), s.value, dtype=dt, device=device)
         elif op == "linalg.index":
             r = env[("index", s.dim)]
         elif op in _BINARY:
@@ -535,7 +538,7 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
             env[op.results[0]] = torch.full(_resolve_shape(shape, op.results[0]), op.splat,
                                             dtype=dt, device=device)
         else:
-            env[op.results[0]] = torch.tensor(op.data, dtype=dt, device=device).reshape(shape)
+            env[op.results[0]] = _dense_constant(op, dt, device).reshape(shape)
     elif isinstance(op, PadOp):
         src = env[op.operands[0]]
         amounts = []
@@ -590,6 +593,22 @@ def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
     region.__name__ = spec.name
     region.__qualname__ = spec.name
     return region
+
+
+# A constant's tensor per (op, device), made once: copying it from host memory on every run
+# would cost a transfer each time, and a CUDA graph capture refuses such copies.
+_CONSTANTS: dict = {}
+
+
+def _dense_constant(op: ConstantOp, dt, device) -> torch.Tensor:
+    key = (id(op), str(device), dt)
+    hit = _CONSTANTS.get(key)
+    if hit is None or hit[0] is not op:
+        if len(_CONSTANTS) > 4096:
+            _CONSTANTS.clear()
+        hit = (op, torch.tensor(op.data, dtype=dt, device=device))
+        _CONSTANTS[key] = hit
+    return hit[1]
 
 
 def run_host_plan(plan: HostPlan, specs: "Mapping[str, KernelSpec] | None",
