@@ -160,7 +160,10 @@ def test_local_process_pool_spreads_regions(first_compile, tmp_path):
         assert (tmp_path / "pkg" / "regions" / r["hash"] / "log.jsonl").is_file()
 
 
-def test_workers_option_errors_are_user_errors():
+def test_workers_option_errors_are_user_errors(run_kforge, tmp_path):
+    proc = run_kforge("compile", MODEL, "-o", tmp_path / "pkg", "--workers", "rai")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--workers 'rai': expected" in proc.stderr, proc.stderr
     for bad in ("rai", "local:0", "ray:0", "ray://", "local:x"):
         with pytest.raises(UserError):
             parse_workers(bad)

@@ -111,6 +111,9 @@ class Executor:
             on_event: Callable[[Event], None]) -> Iterator[TaskOutcome]:
         raise NotImplementedError
 
+    def prepare(self) -> None:
+        """Start or reach the workers now (a bad address fails before the import stage)."""
+
     def has_device(self, target: str) -> bool:
         """Do the workers have the target's device (so tasks verify and time there)?"""
         from kforge.verify import target_available
@@ -148,6 +151,7 @@ def use_workers(workers: "str | Executor | None", **kwargs):
     ex = parse_workers(workers, **kwargs) if made else workers
     token = _current.set(ex)
     try:
+        ex.prepare()
         yield ex
     finally:
         _current.reset(token)

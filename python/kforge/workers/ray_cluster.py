@@ -115,20 +115,26 @@ class RayExecutor(Executor):
                 path = os.pathsep.join(filter(None, [str(kforge_dir.parent),
                                                      os.environ.get("PYTHONPATH")]))
                 runtime_env = {"env_vars": {"PYTHONPATH": path}}
-            kwargs = dict(include_dashboard=False, log_to_driver=False,
-                          runtime_env=runtime_env)
+            kwargs = dict(log_to_driver=False, runtime_env=runtime_env)
             if self.address is None:      # our own cluster, never one `ray start` left here
-                kwargs.update(address="local", num_cpus=self.num_cpus)
-            else:
+                kwargs.update(address="local", num_cpus=self.num_cpus, include_dashboard=False)
+            else:                         # (Ray Client refuses include_dashboard)
                 kwargs["address"] = self.address
             try:
                 ray.init(**kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
+                hint = "" if self.address is None else (
+                    "; start one with `ray start --head` (or use --workers ray for a cluster of "
+                    "this command's own); Ray 2.59+ clusters also need RAY_AUTH_MODE=token and "
+                    "their token here (docs/scale-out.md)")
                 raise UserError(f"--workers {self.describe_address()}: cannot start or reach "
-                                f"the Ray cluster: {exc}") from None
+                                f"the Ray cluster: {str(exc).rstrip('.')}{hint}") from None
             self._started = True
         self._ray = ray
         return ray
+
+    def prepare(self) -> None:
+        self._connect()
 
     def describe_address(self) -> str:
         if self.address is None:
