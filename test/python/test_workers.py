@@ -144,6 +144,45 @@ def test_a_killed_worker_loses_only_its_region(first_compile, tmp_path):
         r["hash"] for r in doc["regions"])
 
 
+def test_gpu_tasks_hold_their_gpu_alone(first_compile, tmp_path, monkeypatch):
+    """A cluster that declares one GPU (Ray schedules by what a node declares; this machine has
+    none, so the kernels stay candidates): the two regions' tasks take the GPU in turn."""
+    import datetime as dt
+
+    from kforge.package import compile_regions
+    from kforge.synth import SynthOptions
+    from kforge.workers.ray_cluster import RayExecutor
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")          # no sm_90 screening: keep it short
+    src, _ = first_compile
+    executor = RayExecutor(None, num_cpus=2, num_gpus=1)
+    try:
+        doc = compile_regions(src / "pkg1" / "regions", tmp_path / "pkg",
+                              SynthOptions(target="cuda", rounds=0), cache=None,
+                              model_path=MODEL, executor=executor)
+    finally:
+        executor.close()
+    attempts = doc["workers"]["attempts"]
+    assert len(attempts) == 2 and all(a["gpus"] == "0" for a in attempts), attempts
+    spans = sorted((dt.datetime.fromisoformat(a["started_at"].rstrip("Z")).timestamp(),
+                    a["elapsed_s"]) for a in attempts)
+    assert spans[0][0] + spans[0][1] <= spans[1][0], spans      # one after the other
+    assert doc["summary"]["candidate"] == 2
+
+
+def test_api_compile_takes_workers(tmp_path):
+    import torch
+
+    import kforge
+    from kforge.modelfile import load_model_file
+    model, inputs = load_model_file(MODEL)
+    fast = kforge.compile(model, inputs, target="cpu", rounds=0, workers="local:2",
+                          out=tmp_path / "pkg", cache_dir=tmp_path / "cache")
+    assert fast.report["workers"]["executor"] == "local-pool"
+    assert len({a["pid"] for a in fast.report["workers"]["attempts"]}) == 2
+    with torch.no_grad():
+        assert torch.allclose(fast(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+
+
 def test_local_process_pool_spreads_regions(first_compile, tmp_path):
     from kforge.package import compile_regions
     from kforge.synth import SynthOptions

@@ -90,9 +90,12 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None,
-                 gpu_share: int = 1, max_retries: int = 3, ship_code: bool | None = None):
+                 num_gpus: int | None = None, gpu_share: int = 1, max_retries: int = 3,
+                 ship_code: bool | None = None):
+        """`num_cpus`, `num_gpus`: the size of a local cluster (default: what Ray detects)."""
         self.address = address
         self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
         self.gpu_share = gpu_share
         self.max_retries = max_retries
         # ray:// (Ray Client): the cluster's Python is not ours; elsewhere it is this machine's
@@ -117,7 +120,8 @@ class RayExecutor(Executor):
                 runtime_env = {"env_vars": {"PYTHONPATH": path}}
             kwargs = dict(log_to_driver=False, runtime_env=runtime_env)
             if self.address is None:      # our own cluster, never one `ray start` left here
-                kwargs.update(address="local", num_cpus=self.num_cpus, include_dashboard=False)
+                kwargs.update(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                              include_dashboard=False)
             else:                         # (Ray Client refuses include_dashboard)
                 kwargs["address"] = self.address
             try:
