@@ -134,6 +134,9 @@ class CompiledModel:
         from kforge.aten_regions import load_programs
         from kforge.kernel_fallbacks import is_kernel_fallback
         from kforge.reference import reference_fn
+        from kforge.verify.policy import get_policy
+        policy = get_policy(self.package.precision)
+        tolerance = (policy.atol, policy.rtol)
         programs = {} if os.environ.get("KFORGE_ATEN_REGIONS") == "0" else \
             load_programs(self.package.root / "regions")
         for h, spec in self.package.specs.items():
@@ -149,7 +152,7 @@ class CompiledModel:
             if not spec.args:     # no operands: a constant (a mask from index ranges)
                 self.references[h] = _ConstantRegion(fn, self.device)
                 continue
-            self.references[h] = _CompiledReference(fn, h) if compile_them else fn
+            self.references[h] = _CompiledReference(fn, h, tolerance) if compile_them else fn
 
     @property
     def regions(self) -> list[str]:
@@ -206,13 +209,17 @@ class _ConstantRegion:
 
 
 class _CompiledReference:
-    """A region's reference under torch.compile (Inductor), built at its first call; if that
-    fails, the plain reference, after one warning."""
+    """A region's reference under torch.compile (Inductor), built at its first call and kept
+    only if its results there match the plain reference's at the package's tolerance (Inductor
+    may pick other algorithms: cuDNN's TF32 convolutions, other reduction orders); otherwise,
+    or if compiling fails, the plain reference, after one warning."""
 
-    def __init__(self, fn, region: str):
+    def __init__(self, fn, region: str, tolerance: tuple[float, float] = (1e-4, 1e-4)):
         self.fn = fn
         self.region = region
+        self.tolerance = tolerance
         self.compiled = None
+        self.note = ""
 
     def __call__(self, *args):
         if self.compiled is None:
@@ -227,15 +234,41 @@ class _CompiledReference:
             try:
                 compiled = torch.compile(self.fn, dynamic=False, fullgraph=True)
                 out = compiled(*args)
+                plain = self.fn(*args)
+                why = _mismatch(out, plain, self.tolerance)
+                if why:
+                    self.note = f"compiled reference differs from the plain one ({why})"
+                    self._fall_back(self.note)
+                    return plain
                 self.compiled = compiled
                 return out
             except Exception as exc:   # noqa: BLE001 - any compiler failure: run it plainly
-                import warnings
-                warnings.warn(f"region {self.region}: torch.compile of its reference failed "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); it "
-                              "runs op by op", stacklevel=2)
-                self.compiled = self.fn
+                self.note = (f"torch.compile of its reference failed ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
+                self._fall_back(self.note)
         return self.compiled(*args)
+
+    def _fall_back(self, why: str) -> None:
+        import warnings
+        warnings.warn(f"region {self.region}: {why}; it runs op by op", stacklevel=3)
+        self.compiled = self.fn
+
+
+def _mismatch(got, want, tolerance: tuple[float, float]) -> str:
+    """'' if every result matches at (atol, rtol), the atol scaled by the result's RMS."""
+    atol, rtol = tolerance
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"result {i}: {tuple(g.shape)} {g.dtype} against {tuple(w.shape)} {w.dtype}"
+        if not w.dtype.is_floating_point:
+            if not torch.equal(g, w):
+                return f"result {i} differs"
+            continue
+        g64, w64 = g.double(), w.double()
+        scale = max(1.0, float(w64.pow(2).mean().sqrt())) if w64.numel() else 1.0
+        if not torch.allclose(g64, w64, atol=atol * scale, rtol=rtol, equal_nan=True):
+            return f"result {i}: max |diff| {float((g64 - w64).abs().max()):.2e}"
+    return ""
 
 
 def module_weights(module: torch.nn.Module, package: Package, device) -> dict:
