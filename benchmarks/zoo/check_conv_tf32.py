@@ -26,14 +26,11 @@ def main() -> int:
     args = p.parse_args()
     os.environ["KFORGE_COMPILE_REFERENCES"] = "0"
     os.environ["KFORGE_CUDA_GRAPHS"] = "0"
-    from kforge.runtime import load_model_file, load_package
+    from kforge.runtime import load_package
+    from measure_zoo import zoo_model_on_gpu
     rows = []
     for name in args.models:
-        path = ROOT / "benchmarks" / "models" / f"{name}.py"
-        model, _ = load_model_file(path, with_model=True, seed=0)
-        _, inputs = load_model_file(path, with_model=False, seed=1)
-        model = model.cuda().eval()
-        inputs = [t.cuda() for t in inputs]
+        model, inputs = zoo_model_on_gpu(name)
         route = load_package(args.packages / name, module=model, target="cuda", tune=False,
                              use_kernels=False)
         row = {"model": name}

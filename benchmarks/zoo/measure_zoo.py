@@ -35,6 +35,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 
+def zoo_model_on_gpu(name: str):
+    """A zoo model (weights under seed 0, as `kforge bench` builds them) and its inputs (seed 1),
+    on the GPU."""
+    from kforge.runtime import load_model_file
+    path = ROOT / "benchmarks" / "models" / f"{name}.py"
+    model, _ = load_model_file(path, with_model=True, seed=0)
+    _, inputs = load_model_file(path, with_model=False, seed=1)
+    return model.cuda().eval(), [t.cuda() for t in inputs]
+
+
 def cuda_time_ms(fn, warmup: int = 3, reps: int = 10) -> dict:
     for _ in range(warmup):
         fn()
@@ -82,13 +92,8 @@ def _load(pkg, model, env: dict, use_kernels: bool):
 
 def measure(name: str, pkg: Path, policy: str) -> dict:
     from kforge.coverage import merge_profile, plan_coverage, profile_plan
-    from kforge.runtime import load_model_file
     from kforge.verify.policy import get_policy
-    path = ROOT / "benchmarks" / "models" / f"{name}.py"
-    model, _ = load_model_file(path, with_model=True, seed=0)
-    _, inputs = load_model_file(path, with_model=False, seed=1)
-    model = model.cuda().eval()
-    inputs = [t.cuda() for t in inputs]
+    model, inputs = zoo_model_on_gpu(name)
     row = {"model": name, "policy": policy, "inputs": [list(t.shape) for t in inputs]}
     pol = get_policy(policy)
     with torch.no_grad():

@@ -76,15 +76,12 @@ def main(argv=None) -> int:
     p.add_argument("--packages", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    from kforge.runtime import load_model_file, load_package
+    from kforge.runtime import load_package
+    from measure_zoo import zoo_model_on_gpu
     os.environ["KFORGE_COMPILE_REFERENCES"] = "0"
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "models": {}}
     for name in args.models:
-        path = ROOT / "benchmarks" / "models" / f"{name}.py"
-        model, _ = load_model_file(path, with_model=True, seed=0)
-        _, inputs = load_model_file(path, with_model=False, seed=1)
-        model = model.cuda().eval()
-        inputs = [t.cuda() for t in inputs]
+        model, inputs = zoo_model_on_gpu(name)
         compiled = load_package(args.packages / name, module=model, target="cuda", tune=False,
                                 use_kernels=False)
         steps = step_profile(compiled, inputs)
