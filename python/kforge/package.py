@@ -293,7 +293,7 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
             "synth", h, spec, options, mlir_path.read_text() if mlir_path.is_file() else "",
             cache_root, cache_mode, None if executor.remote() else str(pkg / "regions"),
             provider=provider))
-    attempts, finished = [], set()
+    attempts, finished, verified = [], set(), set()
 
     def on_event(ev) -> None:
         if ev.kind == "started":
@@ -307,22 +307,29 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
             sink.note(ev.hash, ev.data)
         elif ev.kind == "verified" and ev.hash not in finished:
             _record_entry(pkg, manifest, ev.hash, ev.data, options)   # before its tuning
+            verified.add(ev.hash)
 
     for outcome in executor.run(tasks, on_event):
         h = outcome.hash
         finished.add(h)
         absorb(outcome, cache, pkg / "regions", attempts)
+        kept = manifest["kernels"].get(h) if outcome.error and h in verified else None
         if outcome.entry is not None:
             atomic_write_text(pkg / outcome.entry["source"], outcome.kernel_source)
             manifest["kernels"][h] = outcome.entry
-        else:
+        elif kept is None:
             manifest["kernels"].pop(h, None)
         write_manifest(pkg, manifest)            # persisted per region, as soon as known
-        if outcome.error:
-            row = {"hash": h, "name": package.specs[h].name, "status": "reference",
-                   "provider": options.provider, "rounds": 0, "candidates_tried": 0,
-                   "time_ms": None, "from_cache": False, "elapsed_s": 0.0,
-                   "message": outcome.error, "verification": None}
+        if outcome.error:                        # its workers died; what verified stays
+            row = {"hash": h, "name": package.specs[h].name,
+                   "status": kept["status"] if kept else "reference",
+                   "provider": kept["provider"] if kept else options.provider,
+                   "rounds": kept.get("rounds", 0) if kept else 0, "candidates_tried": 0,
+                   "time_ms": kept.get("time_ms") if kept else None, "from_cache": False,
+                   "elapsed_s": 0.0, "verification": kept["verification"] if kept else None,
+                   "message": outcome.error + ("; the kernel it verified before is kept, "
+                                               "untuned" if kept else
+                                               "; the region runs its reference")}
         else:
             row = outcome.result.to_json()
         row["worker"] = outcome.record.to_json() if outcome.record else None

@@ -144,6 +144,36 @@ def test_a_killed_worker_loses_only_its_region(first_compile, tmp_path):
         r["hash"] for r in doc["regions"])
 
 
+class _KillWhileTuning(_KillFirstRegion):
+    """Kills the worker of the first region to start its optimization passes (it verified)."""
+
+    def note(self, h, message):
+        if self.victim is None and message.startswith("optimization round"):
+            self.victim, self.killed_pid = h, self.pids[h][-1]
+            os.kill(self.killed_pid, signal.SIGKILL)
+
+
+def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_path):
+    from kforge.package import compile_regions, read_manifest
+    from kforge.synth import SynthOptions
+    from kforge.workers.ray_cluster import RayExecutor
+    src, _ = first_compile
+    sink = _KillWhileTuning()
+    executor = RayExecutor(None, num_cpus=2, max_retries=0)     # no second attempt
+    try:
+        doc = compile_regions(src / "pkg1" / "regions", tmp_path / "pkg",
+                              SynthOptions(target="cpu", rounds=1), cache=None,
+                              progress=sink, model_path=MODEL, executor=executor)
+    finally:
+        executor.close()
+    assert sink.victim is not None and doc["workers"]["lost"] == [sink.victim]
+    row = next(r for r in doc["regions"] if r["hash"] == sink.victim)
+    assert row["status"] == "verified" and "kept, untuned" in row["message"], row
+    entry = read_manifest(tmp_path / "pkg")["kernels"][sink.victim]
+    assert entry["verification"]["status"] == "verified"
+    assert (tmp_path / "pkg" / entry["source"]).is_file()
+
+
 def test_gpu_tasks_hold_their_gpu_alone(first_compile, tmp_path, monkeypatch):
     """A cluster that declares one GPU (Ray schedules by what a node declares; this machine has
     none, so the kernels stay candidates): the two regions' tasks take the GPU in turn."""

@@ -216,8 +216,7 @@ class RayExecutor(Executor):
             self.lost.append(task.hash)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return TaskOutcome(task.hash, error=f"its Ray worker died on {self.max_retries + 1} "
-                                                f"attempts ({first[:300]}); the region runs "
-                                                "its reference")
+                                                f"attempt(s) ({first[:300]})")
 
     def describe(self) -> dict:
         out = {"executor": "ray", "address": self.describe_address(),
