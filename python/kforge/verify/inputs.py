@@ -6,7 +6,7 @@ so that the parent and the worker derive identical inputs from a seed without sh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,18 +29,21 @@ class TensorSig:
     # read by a contraction (matmul, convolution) as an operand, through layout-only ops: keeps
     # mixed signs in the "positive" domain (see make_inputs)
     operand: bool = False
+    # integers drawn from [0, int_high) instead of 1..4 (expert ids of a mixture of experts)
+    int_high: int | None = None
 
     def concrete(self, dynamic_size: int) -> tuple[int, ...]:
         return tuple(dynamic_size if d is None else int(d) for d in self.shape)
 
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "weight": self.weight, "fan_in": self.fan_in, "operand": self.operand}
+                "weight": self.weight, "fan_in": self.fan_in, "operand": self.operand,
+                "int_high": self.int_high}
 
     @staticmethod
     def from_json(d: dict) -> "TensorSig":
         return TensorSig(d["name"], tuple(d["shape"]), d["dtype"], d.get("weight"),
-                         d.get("fan_in"), bool(d.get("operand")))
+                         d.get("fan_in"), bool(d.get("operand")), d.get("int_high"))
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,11 @@ def signature_of(spec) -> Signature:
     if fan_in or operands:
         args = tuple(TensorSig(a.name, a.shape, a.dtype, a.weight, fan_in.get(a.name),
                                a.name in operands) for a in args)
+    kind = spec.get("root_kind") if isinstance(spec, dict) else getattr(spec, "root_kind", None)
+    if kind == "moe" and len(args) >= 4 and args[3].shape:
+        # kforge.moe_op: index [T, K] picks among w1's E experts
+        experts = args[3].shape[0]
+        args = tuple(replace(a, int_high=experts) if i == 1 else a for i, a in enumerate(args))
     return Signature(args, tuple(results))
 
 
@@ -165,6 +173,9 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
         dtype = TORCH_DTYPES[a.dtype]
         if dtype == torch.bool:
             t = torch.rand(shape, generator=gen) < 0.5
+        elif not dtype.is_floating_point and a.int_high:
+            t = torch.randint(0, int(a.int_high), shape, generator=gen,
+                              dtype=torch.int64).to(dtype)
         elif not dtype.is_floating_point:
             t = torch.randint(1, 5, shape, generator=gen, dtype=torch.int64).to(dtype)
         else:
