@@ -5,7 +5,8 @@ KernelBench format: `Model`, `get_inputs()`, `get_init_inputs()`. The model is
 `transformers.GptOssForCausalLM` built from a `GptOssConfig` with random weights (torch default
 init under whatever seed is active; nothing is downloaded). forward(input_ids) -> logits.
 
-Two implementation choices are set explicitly (see NOTES.md for the measurements):
+Two implementation choices are set explicitly (see NOTES.md for the measurements; the experts
+default to "kforge_grouped", below — a grouped GEMM over the routed tokens):
 * attention: "eager". Only eager_attention_forward in modeling_gpt_oss adds the per-head sink
   logit; transformers 5 marks GptOss as not supporting SDPA (`_supports_sdpa = False`), so eager
   is also what a user gets by default.
@@ -48,7 +49,19 @@ SIZES = {
                  num_local_experts=4, num_experts_per_tok=2, sliding_window=128),
 }
 
-EXPERTS_IMPLEMENTATION = "dense_all_experts"
+# "kforge_grouped" (the default): the experts as one op over the routed tokens only,
+# torch.ops.kforge.moe_experts — a fallback op KForge gives a grouped-GEMM kernel
+# (kforge.kernels.moe); its PyTorch implementation groups the tokens by expert (kforge.moe_op).
+# KFORGE_ZOO_EXPERTS=dense_all_experts picks the dense forward below instead.
+EXPERTS_IMPLEMENTATION = os.environ.get("KFORGE_ZOO_EXPERTS", "kforge_grouped")
+
+
+def _grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    import kforge.moe_op  # noqa: F401 - registers torch.ops.kforge.moe_experts
+    return torch.ops.kforge.moe_experts(
+        hidden_states, top_k_index, top_k_weights.to(hidden_states.dtype), self.gate_up_proj,
+        self.gate_up_proj_bias, self.down_proj, self.down_proj_bias, "gpt_oss",
+        float(self.alpha), float(self.limit))
 
 
 def _dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
@@ -71,7 +84,8 @@ def _dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     return out.sum(dim=0)
 
 
-ALL_EXPERTS_FUNCTIONS[EXPERTS_IMPLEMENTATION] = _dense_experts_forward
+ALL_EXPERTS_FUNCTIONS["dense_all_experts"] = _dense_experts_forward
+ALL_EXPERTS_FUNCTIONS["kforge_grouped"] = _grouped_experts_forward
 
 
 def _size(size=None):

@@ -23,6 +23,7 @@ def resolve(name: str):
         raise UserError(f"fallback op {name!r}: expected a name like aten.cumsum")
     if parts[0] == "kforge":
         import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.*
+        import kforge.moe_op  # noqa: F401
     namespace = getattr(torch.ops, parts[0])
     try:
         packet = getattr(namespace, parts[1])

@@ -1,4 +1,4 @@
-"""Fallback ops that get kernels: attention.
+"""Fallback ops that get kernels: attention, and mixture-of-experts layers.
 
 Most fallback ops (docs/fallback-ops.md) are memory-bound glue that PyTorch runs as fast as
 anyone: gathers, scans, concatenation. Attention is not: it is a large share of a transformer's
@@ -29,7 +29,8 @@ from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, HostPlan, Ke
 
 ATTENTION = "aten.scaled_dot_product_attention"
 SINK_ATTENTION = "kforge.attention"          # kforge.attention_op: attention with sinks
-KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention"}
+MOE = "kforge.moe_experts"                   # kforge.moe_op: experts over routed tokens
+KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention", MOE: "moe"}
 
 
 def attention_flops(q_shape, k_shape) -> int:
@@ -37,6 +38,13 @@ def attention_flops(q_shape, k_shape) -> int:
     b, h, sq, d = (s or 1 for s in q_shape)
     skv = k_shape[-2] or 1
     return 4 * b * h * sq * skv * d
+
+
+def moe_flops(x_shape, index_shape, weight_shape, w1_shape, b1_shape, w2_shape) -> int:
+    """The routed pairs' two products: 2 * T*K * H * 2I + 2 * T*K * I * H."""
+    pairs = (index_shape[0] or 1) * (index_shape[1] or 1)
+    hidden, inter = (w1_shape[1] or 1), (w2_shape[1] or 1)
+    return 2 * pairs * hidden * 2 * inter + 2 * pairs * inter * hidden
 
 
 def promote(plan: HostPlan) -> tuple[HostPlan, list[KernelSpec]]:
@@ -66,7 +74,8 @@ def _region_of(plan: HostPlan, step: FallbackOp, kind: str) -> KernelSpec:
         values.append(Value(f"v{j}", tuple(t.shape), t.dtype))
     op = FallbackOp(step.name, tuple(renamed[o] for o in step.operands),
                     tuple(v.name for v in values), step.args, step.symbol)
-    flops = attention_flops(args[0].shape, args[1].shape) if kind == "attention" else 0
+    flops = attention_flops(args[0].shape, args[1].shape) if kind == "attention" else \
+        moe_flops(*(a.shape for a in args[:6])) if kind == "moe" and len(args) >= 6 else 0
     elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}
     min_bytes = sum(_numel(t.shape) * elem.get(t.dtype, 4) for t in args + values)
     body = {"kind": kind, "name": step.name, "args": [[a.shape, a.dtype] for a in args],

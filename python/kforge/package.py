@@ -131,13 +131,14 @@ class Package:
 
     def kernel_hashes(self) -> set[str]:
         """Regions the plan runs on kernels when a verified one is here: in a linked plan, its
-        kernel steps and the one-op regions of kernel-backed fallbacks (attention), which the
+        kernel steps and the one-op regions of kernel-backed fallbacks (attention, MoE), which the
         IR keeps as fallback calls; in an unlinked plan, every region."""
+        from kforge.kernel_fallbacks import is_kernel_fallback
         from kforge.spec import KernelStep
         if not self.linked:
             return set(self.specs)
         return {s.kernel for s in self.plan.steps if isinstance(s, KernelStep)} | \
-            {h for h, spec in self.specs.items() if spec.root_kind == "attention"}
+            {h for h, spec in self.specs.items() if is_kernel_fallback(spec)}
 
     @property
     def target(self) -> str:

@@ -13,6 +13,7 @@ import json
 from kforge.providers.base import Candidate, GenerationRequest, Provider
 from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
 from kforge.providers.builtin.attention import attention_source_for, attention_space, is_attention
+from kforge.providers.builtin.moe import is_moe, moe_source_for, moe_space
 from kforge.providers.builtin.emitter import CannotGenerate
 from kforge.providers.builtin.kernels import (FP16X3, RegionShape, analyze_region,
                                               gemm_input_precisions, generate_source, problem_of,
@@ -23,11 +24,22 @@ __all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space"
            "generate_source", "candidates", "kernel_metadata"]
 
 
+def _op_region(spec):
+    """(space, source, kind) of a one-op region with a kernel generator of its own (attention,
+    mixture of experts; kforge.kernel_fallbacks), else None."""
+    if is_attention(spec):
+        return attention_space, attention_source_for, "attention"
+    if is_moe(spec):
+        return moe_space, moe_source_for, "moe"
+    return None
+
+
 def config_space(spec, target, precision: str, shape: RegionShape | None = None) -> list[dict]:
     """Every configuration the builtin provider may try for this region, in its fixed order."""
     target = get_target(target)
-    if is_attention(spec):
-        return attention_space(spec, target, precision)
+    op_region = _op_region(spec)
+    if op_region is not None:
+        return op_region[0](spec, target, precision)
     shape = shape or analyze_region(spec)
     if shape.kind == "gemm":
         out, fallback = [], []
@@ -62,19 +74,20 @@ def candidates(spec, target, precision: str, configs: list[dict] | None = None) 
     """Candidates for the given configurations (default: the whole space), in order."""
     target = get_target(target)
     try:
-        shape = None if is_attention(spec) else analyze_region(spec)
+        op_region = _op_region(spec)
+        shape = None if op_region is not None else analyze_region(spec)
         space = config_space(spec, target, precision, shape)
     except CannotGenerate:
         return []
     out = []
     for config in configs if configs is not None else space:
         try:
-            source = attention_source_for(spec, target, precision, config) if shape is None \
+            source = op_region[1](spec, target, precision, config) if shape is None \
                 else generate_source(spec, target, precision, config, shape)
         except (CannotGenerate, ValueError):
             continue
         index = next((i for i, c in enumerate(space) if c == config), len(space))
-        kind = "attention" if shape is None else shape.kind
+        kind = op_region[2] if shape is None else shape.kind
         out.append(Candidate(id=f"builtin-{spec.hash}-{precision}-{target.name}-c{index}",
                              provider="builtin", source=source, config=config,
                              notes=f"{kind} kernel, config {index} of {len(space)}"))
@@ -147,7 +160,7 @@ class BuiltinProvider(Provider):
         target = get_target(request.target)
         spec = request.spec
         try:
-            shape = None if is_attention(spec) else analyze_region(spec)
+            shape = None if _op_region(spec) is not None else analyze_region(spec)
             space = config_space(spec, target, request.precision, shape)
         except CannotGenerate:
             return []
@@ -184,7 +197,7 @@ class BuiltinProvider(Provider):
 
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
         target = get_target(request.target)
-        if is_attention(request.spec):
+        if _op_region(request.spec) is not None:
             return ()           # the loop times every tile configuration in order
         try:
             shape = analyze_region(request.spec)
