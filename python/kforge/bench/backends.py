@@ -1,4 +1,5 @@
-"""The contenders: PyTorch eager, torch.compile, and a KForge package.
+"""The contenders: PyTorch eager, torch.compile, and a KForge package (the routes PyTorch
+offers at each precision, built from these, are in kforge.bench.routes).
 
 Each is turned into a `Contender`: a callable over the workload's inputs plus how long it took
 to get it (compile time). A contender that cannot be built raises `ContenderUnavailable` with a
@@ -8,7 +9,6 @@ with `kforge.load(PKG, module)` and verified/tuned on this machine first (`kforg
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import os
@@ -49,26 +49,6 @@ def _sync(target: str):
     if target == "cuda":
         import torch
         torch.cuda.synchronize()
-
-
-@contextlib.contextmanager
-def baseline_precision(policy: str | None, device: str):
-    """PyTorch's own reduced-precision mode matching a policy, for `--baseline-precision matched`:
-    TF32 matrix products for `tf32`, bf16 autocast for `bf16`; nothing for `strict` or None."""
-    import torch
-
-    if policy == "tf32":
-        old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-    elif policy == "bf16":
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            yield
-    else:
-        yield
 
 
 def eager(model) -> Contender:

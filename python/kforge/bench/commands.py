@@ -39,10 +39,13 @@ def register(subparsers) -> None:
     p.add_argument("--baselines", default="eager,compile",
                    help="comma-separated subset of eager,compile (default both; "
                         "a skipped baseline is recorded with its reason)")
-    p.add_argument("--baseline-precision", choices=("as-written", "matched"), default="as-written",
-                   help="as-written (default): baselines run the fp32 model as given, the issue's "
-                        "yardstick; matched: also time eager/torch.compile under PyTorch's own mode "
-                        "for each policy (TF32 matmuls for tf32, bf16 autocast for bf16)")
+    p.add_argument("--baseline-precision", choices=("as-written", "matched"), default="matched",
+                   help="matched (default): beside the fp32 baselines, time the routes a user "
+                        "would take in PyTorch at each policy's precision (tf32: allow_tf32 "
+                        "eager/torch.compile; bf16: the model cast to bf16 under eager, "
+                        "torch.compile and max-autotune-no-cudagraphs, and autocast), each "
+                        "checked at the policy's tolerance (docs/bench.md); as-written: the fp32 "
+                        "baselines only")
     p.add_argument("--compile-times", type=Path, default=None, metavar="DIR",
                    help="cold torch.compile times from `python -m kforge.bench.precompile` (which "
                         "warmed the caches in parallel): reported instead of the warm ones")
@@ -91,7 +94,11 @@ def run_bench(args) -> int:
                 docs.append(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:
                 raise UserError(f"--merge {path}: cannot read a bench JSON: {exc}") from exc
-        paths = report.write_all(report.merge(docs), args.out)
+        try:
+            merged = report.merge(docs)
+        except ValueError as exc:
+            raise UserError(f"--merge: {exc}") from exc
+        paths = report.write_all(merged, args.out)
         print(f"merged {len(docs)} reports: " + ", ".join(str(p) for p in paths.values()))
         return 0
 
@@ -190,6 +197,8 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
 
 
 def _config_json(args, config, target, precisions, baselines, shard, start) -> dict:
+    from kforge.bench import routes
+
     cfg_json = {
         "target": target, "precisions": list(precisions), "scale": config.scale,
         "baselines": list(baselines), "provider": args.provider, "shard": shard,
@@ -201,11 +210,19 @@ def _config_json(args, config, target, precisions, baselines, shard, start) -> d
                           f"{'candidate kernels verified here first' if config.tune else 'not verified again here'})"
                           if args.packages else "compiled here with kforge.compile"),
         "baseline_precision": args.baseline_precision,
-        "baseline_note": "PyTorch eager and torch.compile run the model as written: fp32, TF32 off "
-                         "(PyTorch's default); speedups are over the faster of the two, per workload"
-                         + ("; 'vs matched' columns: the faster of eager and torch.compile under "
-                            "PyTorch's own mode for the policy (TF32 matmuls for tf32, bf16 autocast "
-                            "for bf16; strict = as written)" if args.baseline_precision == "matched" else ""),
+        "baseline_note": "PyTorch eager and torch.compile run the model as written in fp32 with "
+                         "TF32 off for matmuls AND cuDNN (torch.backends.cudnn.allow_tf32=False: "
+                         "PyTorch's default leaves TF32 convolutions on), as do the references "
+                         "and KForge; speedups are over the faster correct of the two, per workload"
+                         + ("; 'vs matched': the faster correct route a user would take in PyTorch "
+                            "at the policy's precision (strict: the fp32 baselines; tf32: "
+                            "allow_tf32 eager / torch.compile; bf16: model.bfloat16() under eager, "
+                            "torch.compile, max-autotune-no-cudagraphs, and autocast(bf16) eager), "
+                            "each checked against eager fp32 at the policy's tolerance"
+                            if args.baseline_precision == "matched" else
+                            "; matched routes not run (--baseline-precision as-written)"),
+        "matched_routes": {p: {r.name: r.describe() for r in routes.matched_routes(p)}
+                           for p in precisions},
         "argv": sys.argv[1:],
         "wall_s": round(time.time() - start, 1),
     }

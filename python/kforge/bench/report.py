@@ -1,5 +1,10 @@
-"""Suite reports: one JSON document (schema "kforge.bench", version 1), a Markdown table and a
-PNG plot. Shards of one suite (several GPUs, several calls) merge into one report."""
+"""Suite reports: one JSON document (schema "kforge.bench", version 2), a Markdown table and a
+PNG plot. Shards of one suite (several GPUs, several calls) merge into one report.
+
+Version 2 (issue 13): each policy has `routes` (the matched PyTorch routes, each with its own
+status and errors), `matched_best`, `strict_contract`; each contender `allclose`. Version 1
+documents (`matched_baselines`, only with --baseline-precision matched) are upgraded when
+read (`upgrade`), so old shards still merge."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -12,7 +17,8 @@ from pathlib import Path
 
 from kforge.bench import stats
 
-SCHEMA, VERSION = "kforge.bench", 1
+SCHEMA, VERSION = "kforge.bench", 2
+READABLE_VERSIONS = (1, 2)
 
 
 def environment(target: str) -> dict:
@@ -97,16 +103,24 @@ def summarize_suite(workloads: list[dict], precisions: list[str]) -> dict:
             info = (pr or {}).get("kforge", {}).get("info") or {}
             all_kernels = bool(info.get("regions_total")) and \
                 info.get("regions_on_kernels") == info.get("regions_total")
+            contract = ((pr or {}).get("strict_contract") or {}).get("passes")
+            allclose = (pr or {}).get("kforge", {}).get("allclose")
             for g in ("all", _group(w)):
-                groups.setdefault(g, ([], [], [], []))
+                groups.setdefault(g, ([], [], [], [], [], []))
                 groups[g][0].append(speedup)
                 groups[g][1].append(fraction)
                 groups[g][2].append(matched)
                 groups[g][3].append(all_kernels)
+                groups[g][4].append(contract)
+                groups[g][5].append(allclose)
         out[policy] = {}
-        for g, (s, f, m, k) in groups.items():
+        for g, (s, f, m, k, c, a) in groups.items():
             out[policy][g] = stats.summarize(s, f)
             out[policy][g]["all_regions_on_kernels"] = sum(k)
+            # torch.allclose(kforge, eager fp32) at the policy's tolerance: KernelBench's rule
+            out[policy][g]["allclose"] = sum(1 for x in a if x)
+            if any(x is not None for x in c):
+                out[policy][g]["strict_contract_passed"] = sum(1 for x in c if x)
             if any(x is not None for x in m):
                 out[policy][g]["vs_matched"] = stats.summarize(m, f)
     return out
@@ -143,6 +157,40 @@ def _combine_policies(old: dict, new: dict) -> dict:
     return out
 
 
+def upgrade(doc: dict) -> dict:
+    """A readable bench document in this version's shape (a copy); ValueError for any other.
+    v1 -> v2: a policy's `matched_baselines` become its `routes` (strict: the baselines), and
+    their headline is the faster correct one, as v2 chooses it."""
+    import copy
+
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} document (schema {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r})")
+    version = doc.get("version")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"{SCHEMA} version {version} cannot be read by this kforge (it reads "
+                         f"versions {', '.join(map(str, READABLE_VERSIONS))}); use the kforge "
+                         "that wrote it")
+    if version == VERSION:
+        return doc
+    from kforge.bench import routes
+
+    doc = copy.deepcopy(doc)
+    for w in doc.get("workloads", []):
+        for p in w.get("policies", []):
+            old = p.pop("matched_baselines", None) or []
+            if p["precision"] == "strict":
+                old = old or copy.deepcopy(w.get("baselines", []))
+            p.setdefault("routes", old)
+            best = routes.headline(p["routes"])
+            p.setdefault("matched_best", best["name"] if best else None)
+            p.setdefault("strict_contract", None)
+    doc["version"] = VERSION
+    doc.setdefault("notes", []).append(f"upgraded from {SCHEMA} v{version}: no strict contract; "
+                                       "matched routes only where that run measured them, and "
+                                       "v1 did not check them for correctness")
+    return doc
+
+
 def merge(documents: list[dict]) -> dict:
     """Combine shards of one suite. Environments and peaks are kept per shard; a workload that
     appears in several shards keeps its last non-skipped result. Where that result covers only
@@ -151,9 +199,7 @@ def merge(documents: list[dict]) -> dict:
     speedup is a ratio measured within one run)."""
     if not documents:
         raise ValueError("nothing to merge")
-    for d in documents:
-        if d.get("schema") != SCHEMA or d.get("version", 0) > VERSION:
-            raise ValueError(f"not a {SCHEMA} v{VERSION} document: {d.get('schema')} v{d.get('version')}")
+    documents = [upgrade(d) for d in documents]
     by_name: dict[str, dict] = {}
     for d in documents:
         for w in d["workloads"]:
@@ -225,8 +271,8 @@ def markdown(doc: dict) -> str:
     for n in doc.get("notes", []):
         lines.append(f"- note: {n}")
     lines += ["", "## Summary", "",
-              "| policy | group | workloads | correct | all regions on kernels | geomean speedup | fast_1 | fast_1.5 | fast_2 | fast_4 | geomean % of floor | geomean vs matched | fast_1 vs matched |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| policy | group | workloads | correct | all regions on kernels | geomean speedup | fast_1 | fast_1.5 | fast_2 | fast_4 | geomean % of floor | geomean vs matched | fast_1 vs matched | allclose | strict contract |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for policy, groups in doc["summary"].items():
         for g, s in groups.items():
             fp = s["fast_p"]
@@ -235,15 +281,22 @@ def markdown(doc: dict) -> str:
                          + " | ".join(_fmt(fp[k], '.2f') for k in ("1", "1.5", "2", "4"))
                          + f" | {_fmt(None if s['geomean_roofline_fraction'] is None else 100 * s['geomean_roofline_fraction'], '.0f')} | "
                          + (f"{_fmt(s['vs_matched']['geomean_speedup'], '.2f')} | {_fmt(s['vs_matched']['fast_p']['1'], '.2f')} |"
-                            if "vs_matched" in s else "– | – |"))
+                            if "vs_matched" in s else "– | – |")
+                         + f" {s.get('allclose', '–')} | {s.get('strict_contract_passed', '–')} |")
     lines += ["", "fast_p: fraction of all workloads whose KForge result is correct and more than p times "
               "faster than the faster baseline; geomean speedup over the correct ones. "
+              "vs matched: the same over the faster correct route a user would take in PyTorch at "
+              "the policy's precision (section Matched routes). allclose: workloads where "
+              "torch.allclose(kforge, eager fp32) holds at the policy's tolerance (KernelBench's "
+              "rule; at 1e-4 under strict). strict contract: workloads where every element of "
+              "KForge's result is within 2x eager fp32's own error against a float64 copy of the "
+              "model (kforge.verify.contract). "
               "`kernels`: regions run by verified kernels / all regions (the rest run their "
               "PyTorch reference, as a package does when no kernel was verified).", ""]
     lines += goals(doc)
     lines += ["## Per workload", "",
               "| workload | GFLOP | MB | eager ms | compile ms | compile s | policy | kforge ms | status | "
-              "kernels | speedup | % floor | baseline % fp32 floor | kforge compile s | max rel err | matched baseline ms | speedup vs matched |",
+              "kernels | speedup | % floor | baseline % fp32 floor | kforge compile s | max rel err | matched route ms | speedup vs matched |",
               "|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w in doc["workloads"]:
         e, c = _baseline(w, "eager"), _baseline(w, "torch.compile")
@@ -269,9 +322,11 @@ def markdown(doc: dict) -> str:
                 f"{_fmt(None if p.get('roofline_fraction') is None else 100 * p['roofline_fraction'], '.0f')} | "
                 f"{_fmt(None if w.get('baseline_roofline_fraction') is None else 100 * w['baseline_roofline_fraction'], '.0f')} | "
                 f"{_fmt(k.get('compile_s'), '.1f')} | {_fmt(k.get('max_rel_err'), '.1e')} | "
-                f"{_fmt(p.get('matched_best_ms'))} | {_fmt(p.get('speedup_matched'), '.2f')} |")
+                f"{_fmt(p.get('matched_best_ms'))}{' (' + p['matched_best'] + ')' if p.get('matched_best') else ''} | "
+                f"{_fmt(p.get('speedup_matched'), '.2f')} |")
+    lines += matched_section(doc) + contract_section(doc)
     skipped = [(w["name"], b["name"], b["reason"]) for w in doc["workloads"] for b in w.get("baselines", [])
-               if b["status"] != "ok"]
+               if b["status"] not in ("ok", "mismatch")]
     if skipped:
         lines += ["", "## Baselines not measured", ""]
         reasons: dict[tuple, list] = {}
@@ -280,6 +335,57 @@ def markdown(doc: dict) -> str:
         for (b, r), names in reasons.items():
             lines.append(f"- {b}: {r} ({len(names)} workloads: {', '.join(names[:6])}{'...' if len(names) > 6 else ''})")
     return "\n".join(lines) + "\n"
+
+
+def matched_section(doc: dict) -> list[str]:
+    """Every matched route of every policy: time, status, error against eager fp32."""
+    rows = []
+    for w in doc["workloads"]:
+        for p in w.get("policies", []):
+            for r in p.get("routes") or []:
+                head = "**" if r["name"] == p.get("matched_best") else ""
+                status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')[:70]}"
+                rows.append(f"| {w['name']} | {p['precision']} | {head}{r['name']}{head} | {_fmt(_ms(r))} | "
+                            f"{status} | {_fmt(r.get('max_abs_err'), '.2e')} | "
+                            f"{'–' if r.get('allclose') is None else ('yes' if r['allclose'] else 'no')} | "
+                            f"{_fmt(r.get('compile_s'), '.1f')} |")
+    if not rows:
+        return []
+    return ["", "## Matched routes", "",
+            "What a user would run in PyTorch at each policy's precision (kforge.bench.routes), "
+            "each checked against eager fp32 at the policy's tolerance; in bold the faster correct "
+            "one, the headline's yardstick. fp32 routes run with TF32 off for matmuls and cuDNN "
+            "(`torch.backends.cudnn.allow_tf32 = False`; PyTorch's default is on for "
+            "convolutions). bf16 model routes are timed on inputs cast beforehand.", "",
+            "| workload | policy | route | ms | status | max abs err vs eager fp32 | allclose | compile s |",
+            "|---|---|---|---:|---|---:|---|---:|", *rows]
+
+
+def contract_section(doc: dict) -> list[str]:
+    """strict: KForge's error against a float64 copy of the model, beside eager fp32's own."""
+    rows = []
+    for w in doc["workloads"]:
+        for p in w.get("policies", []):
+            c = p.get("strict_contract")
+            if not c:
+                continue
+            if "passes" not in c:
+                rows.append(f"| {w['name']} | – | – | – | {c.get('status')}: {c.get('reason', '')[:80]} | – |")
+                continue
+            allclose = p["kforge"].get("allclose")
+            rows.append(f"| {w['name']} | {_fmt(c['eager_fp32_max_err_vs_f64'], '.2e')} | "
+                        f"{_fmt(c['kforge_max_err_vs_f64'], '.2e')} | {_fmt(c.get('ratio'), '.2f')} | "
+                        f"{'pass' if c['passes'] else 'FAIL (%d elements over)' % c['elements_over_bound']} | "
+                        f"{'–' if allclose is None else ('yes' if allclose else 'no')} |")
+    if not rows:
+        return []
+    return ["", "## Strict contract", "",
+            "Under strict every element of KForge's result must be within max(2 x eager fp32's "
+            "largest error, 4 ulp x |f64|) of a float64 copy of the model on the same inputs "
+            "(kforge.verify.contract); KernelBench's rule is torch.allclose(kforge, eager fp32, "
+            "atol=rtol=1e-4).", "",
+            "| workload | eager fp32 max err vs f64 | kforge max err vs f64 | ratio | contract | KernelBench allclose 1e-4 |",
+            "|---|---:|---:|---:|---|---|", *rows]
 
 
 def goals(doc: dict) -> list[str]:
@@ -318,9 +424,28 @@ def goals(doc: dict) -> list[str]:
             row(f"transformer block faster than torch.compile ({p['precision']})",
                 f"kforge {_fmt(k)} ms vs torch.compile {_fmt(tc)} ms",
                 k is not None and tc is not None and k < tc)
+    # issue 13: against the faster correct matched route
+    for policy, target in (("bf16", 1.15), ("tf32", 1.10)):
+        s = summary.get(policy, {}).get("all")
+        if s and "vs_matched" in s:
+            gm = s["vs_matched"]["geomean_speedup"]
+            row(f"geomean >= {target:g}x vs the faster correct matched route ({policy})",
+                f"{_fmt(gm, '.2f')}x over {s['vs_matched']['correct']} of {s['workloads']}",
+                gm is not None and gm >= target)
+    s = summary.get("bf16", {}).get("all")
+    if s:
+        row("100% within 1e-2 (bf16)", f"{s['correct']}/{s['workloads']}", s["correct"] == s["workloads"])
+    s = summary.get("strict", {}).get("all")
+    if s:
+        gm = s["geomean_speedup"]
+        row("geomean >= 4.5x over fp32 eager/compile (strict)", f"{_fmt(gm, '.2f')}x",
+            gm is not None and gm >= 4.5)
+        if "strict_contract_passed" in s:
+            row("every workload passes the strict contract", f"{s['strict_contract_passed']}/{s['workloads']}",
+                s["strict_contract_passed"] == s["workloads"])
     if not rows:
         return []
-    return ["## Goals (issue 6)", "", "| goal | measured | |", "|---|---|---|", *rows, ""]
+    return ["## Goals (issues 6 and 13)", "", "| goal | measured | |", "|---|---|---|", *rows, ""]
 
 
 # ---------------------------------------------------------------- plot

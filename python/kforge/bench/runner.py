@@ -1,12 +1,16 @@
 """The benchmark loop: for each workload, eager, torch.compile and KForge (one package per
 precision policy), in one process on one machine.
 
-Per workload:
+Per workload, with TF32 off for matmuls and cuDNN throughout (kforge.bench.routes.numerics):
   1. instantiate the model (weights under seed 0) and its timing inputs (seed 1);
-  2. count FLOPs and bytes; time eager; build and time torch.compile;
+  2. count FLOPs and bytes; time eager; build and time torch.compile (the fp32 baselines);
   3. per policy: get the KForge version (compile, or load + tune a package), check it on fresh
-     inputs (seeds 1000, 1001) against eager within the policy's tolerance, time it;
-  4. speedup over the faster baseline, fraction of the roofline floor.
+     inputs (seeds 1000, 1001) against eager fp32 within the policy's tolerance, time it;
+     under strict also the fp32-grade contract against a float64 copy of the model;
+  4. per policy, the matched routes (kforge.bench.routes: what a user would run in PyTorch at
+     that precision), each checked and timed the same way;
+  5. speedups over the faster correct fp32 baseline and the faster correct matched route,
+     fraction of the roofline floor.
 Anything that fails is recorded with its reason; the run goes on.
 """
 from __future__ import annotations
@@ -18,7 +22,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kforge.bench import backends, roofline
+from kforge.bench import backends, roofline, routes
 from kforge.bench.timing import Timing
 from kforge.bench.workloads import Workload
 
@@ -35,7 +39,7 @@ class BenchConfig:
     packages: Path | None = None       # compiled elsewhere: PACKAGES/<policy>/<workload>
     tune: bool = True                  # kforge tune loaded packages before use
     compile_mode: str | None = None    # torch.compile mode
-    baseline_precision: str = "as-written"   # or "matched": also time PyTorch's TF32 / bf16 modes
+    baseline_precision: str = "matched"   # or "as-written": only the fp32 routes
     compile_times: Path | None = None  # cold torch.compile times from kforge.bench.precompile
     workdir: Path = Path("kforge-bench-work")
     deadline: float | None = None      # time.time() after which remaining workloads are skipped
@@ -51,6 +55,9 @@ class ContenderResult:
     max_abs_err: float | None = None   # vs eager on fresh inputs
     max_rel_err: float | None = None   # ||out - ref|| / ||ref||
     info: dict = field(default_factory=dict)
+    # torch.allclose(out, eager_fp32, atol, rtol) at the policy's tolerance, unscaled:
+    # KernelBench's own criterion (at 1e-4 under strict)
+    allclose: bool | None = None
 
 
 @dataclass
@@ -63,11 +70,17 @@ class PolicyResult:
     roofline_fraction: float | None = None   # floor / measured (1.0 = at the floor)
     speedup: float | None = None             # faster baseline / kforge, when correct
     min_bytes: int | None = None
-    # --baseline-precision matched: eager and torch.compile under PyTorch's own mode for the
-    # policy (TF32 matmuls; bf16 autocast), and the speedup over the faster of those.
-    matched_baselines: list = field(default_factory=list)
+    # The routes a user would take in PyTorch at this precision (kforge.bench.routes), each
+    # checked against eager fp32 at the policy's tolerance; the headline is the speedup over
+    # the faster one that passed (`matched_best`).
+    routes: list = field(default_factory=list)         # ContenderResult
+    matched_best: str | None = None
     matched_best_ms: float | None = None
+    matched_fallback: str | None = None    # why matched_best is not one of `routes`
     speedup_matched: float | None = None
+    # strict: KForge against a float64 copy of the model, bounded by eager fp32's own error
+    # (kforge.verify.contract); None under other policies
+    strict_contract: dict | None = None
 
 
 @dataclass
@@ -172,6 +185,29 @@ class Runner:
         if self.device == "cuda":
             torch.cuda.empty_cache()
 
+    def _float64_references(self, model, checks):
+        """The outputs of a float64 copy of the model on every check's inputs (float inputs
+        widened), for the strict contract; a reason (str) where the model cannot run so."""
+        import copy
+
+        import torch
+
+        try:
+            model64 = copy.deepcopy(model).to(torch.float64)
+            out = []
+            with torch.no_grad():
+                for fresh, _ in checks:
+                    wide = [x.to(torch.float64) if isinstance(x, torch.Tensor) and
+                            x.is_floating_point() else x for x in fresh]
+                    out.append(model64(*wide))
+            return out
+        except Exception as exc:      # a model that only runs in fp32 (a dtype check, an op)
+            return f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
+        finally:
+            model64 = None
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+
     def _fresh_references(self, wl: Workload, model):
         import torch
 
@@ -182,20 +218,25 @@ class Runner:
                 checks.append((fresh, model(*fresh)))
         return checks
 
-    def _check(self, fn, checks, atol=None, rtol=None) -> tuple[bool, float, float, bool]:
-        """(passes, max abs err, relative L2 err, passes with an unscaled atol)."""
+    def _check(self, fn, checks, atol=None, rtol=None, f64=None) -> "_CheckResult":
+        """fn on every check's inputs against eager fp32: the policy's rule (atol scaled by
+        max(1, RMS(ref)), as the verifier does), torch.allclose unscaled, the errors; with
+        `f64` (the float64 model's outputs per check), the strict contract as well."""
         import torch
 
-        ok, plain, max_abs, max_rel = True, True, 0.0, 0.0
-        for fresh, ref in checks:
+        res = _CheckResult()
+        for i, (fresh, ref) in enumerate(checks):
             with torch.no_grad():
                 out = fn(*fresh)
             a, r = _errors(out, ref)
-            max_abs, max_rel = max(max_abs, a), max(max_rel, r)
+            res.max_abs, res.max_rel = max(res.max_abs, a), max(res.max_rel, r)
             if atol is not None:
-                ok = ok and _within(out, ref, atol, rtol, scaled=True)
-                plain = plain and _within(out, ref, atol, rtol, scaled=False)
-        return ok, max_abs, max_rel, plain
+                res.ok = res.ok and _within(out, ref, atol, rtol, scaled=True)
+                res.allclose = res.allclose and _within(out, ref, atol, rtol, scaled=False)
+            if f64 is not None:
+                res.add_contract(out, ref, f64[i])
+            del out
+        return res
 
     def _time(self, fn, inputs) -> Timing:
         import torch
@@ -206,6 +247,13 @@ class Runner:
         return self.timer.measure(call)
 
     def run_one(self, wl: Workload) -> WorkloadResult:
+        # fp32 means fp32: TF32 off for matmuls and for cuDNN (PyTorch's default turns it on
+        # for convolutions) around the references, the fp32 baselines and KForge itself; the
+        # tf32 routes switch it on for their own calls only.
+        with routes.numerics("fp32", self.device):
+            return self._run_one(wl)
+
+    def _run_one(self, wl: Workload) -> WorkloadResult:
         import torch
 
         cfg = self.config
@@ -221,8 +269,10 @@ class Runner:
         del out
         checks = self._fresh_references(wl, model)
 
-        # Baselines: the model as written, fp32 (TF32 stays off, PyTorch's default).
-        res.baselines = self._baselines(model, inputs, checks, None)
+        # Baselines: the model as written, fp32 with TF32 off: strict's matched routes.
+        atol, rtol = backends.TOLERANCE["strict"]
+        res.baselines = [self._route(r, model, inputs, checks, atol, rtol, cold=True)
+                         for r in routes.matched_routes("strict")]
         best = _fastest(res.baselines)
         if best:
             res.best_baseline, res.best_baseline_ms = best.name, best.timing.median_ms
@@ -231,64 +281,76 @@ class Runner:
 
         for policy in cfg.precisions:
             pr = self._kforge(wl, model, inputs, checks, policy, res)
-            if cfg.baseline_precision == "matched":
-                self._matched(pr, model, inputs, checks, res)
+            self._matched(pr, model, inputs, checks, res)
             res.policies.append(pr)
             self.log("    " + _one_line(pr, res))
         return res
 
-    def _baselines(self, model, inputs, checks, policy: str | None) -> list[ContenderResult]:
-        """Eager and torch.compile, as written (policy None) or under PyTorch's mode for policy."""
+    def _route(self, route: routes.Route, model, inputs, checks, atol, rtol,
+               cold: bool = False) -> ContenderResult:
+        """Build, check and time one route (kforge.bench.routes). A route outside the policy's
+        tolerance is timed but is "mismatch": it is not a route that gives the user's result."""
         import torch
 
         cfg = self.config
-        out = []
-        with backends.baseline_precision(policy, self.device):
-            if "eager" in cfg.baselines:
-                if policy is None:
-                    out.append(ContenderResult("eager", "ok", timing=self._time(model, inputs),
-                                               compile_s=0.0, max_abs_err=0.0, max_rel_err=0.0))
-                else:
-                    _, max_abs, max_rel, _ = self._check(model, checks)
-                    out.append(ContenderResult("eager", "ok", timing=self._time(model, inputs),
-                                               compile_s=0.0, max_abs_err=max_abs, max_rel_err=max_rel))
+        info = {"route": route.describe(), "policy": route.policy}
+        if route.kind not in cfg.baselines:
+            return ContenderResult(route.name, "skipped", reason="not requested (--baselines)",
+                                   info=info)
+        try:
+            prepared = routes.prepare_model(route, model)
+            timed_inputs = routes.cast_inputs(route, inputs)
+            compile_s = 0.0
+            if route.compiled:
+                torch._dynamo.reset()        # compile afresh under this route's numerics
+                with routes.numerics(route.numerics, self.device):
+                    c = backends.torch_compile(prepared, timed_inputs, cfg.target,
+                                               route.compile_mode or cfg.compile_mode)
+                fn, compile_s = c.fn, c.compile_s
+                info.update(c.info)
+                record = self._cold_compile_record() if cold else {}
+                if record.get("status") == "ok":      # caches were warmed by the parallel pre-pass
+                    info.update(compile_s_warm=compile_s, compile_s_source="cold, parallel pre-pass")
+                    compile_s = float(record["compile_s"])
             else:
-                out.append(ContenderResult("eager", "skipped", reason="not requested (--baselines)"))
-            if "compile" in cfg.baselines:
-                if policy is not None:
-                    torch._dynamo.reset()      # compile afresh under this mode
-                out.append(self._baseline_compile(model, inputs, checks, cold=policy is None))
-            else:
-                out.append(ContenderResult("torch.compile", "skipped",
-                                           reason="not requested (--baselines)"))
+                fn = prepared
+            call = routes.RouteFn(route, fn, self.device)
+            chk = self._check(call, checks, atol, rtol)
+            timing = self.timer.measure(_no_grad(call.timed(timed_inputs)))
+        except backends.ContenderUnavailable as exc:
+            return ContenderResult(route.name, exc.status, reason=str(exc), info=info)
+        except Exception as exc:
+            return ContenderResult(route.name, "failed", reason=f"{type(exc).__name__}: {exc}"[:500],
+                                   info=info)
+        out = ContenderResult(route.name, "ok" if chk.ok else "mismatch", timing=timing,
+                              compile_s=compile_s, max_abs_err=chk.max_abs,
+                              max_rel_err=chk.max_rel, info=info, allclose=chk.allclose)
+        if not chk.ok:
+            out.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager fp32 "
+                          f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g})")
         return out
 
     def _matched(self, pr: PolicyResult, model, inputs, checks, res: WorkloadResult) -> None:
-        if pr.precision == "strict":          # PyTorch has no faster fp32-accurate mode
-            pr.matched_best_ms, pr.speedup_matched = res.best_baseline_ms, pr.speedup
-            return
-        pr.matched_baselines = self._baselines(model, inputs, checks, pr.precision)
-        best = _fastest(pr.matched_baselines)
+        """The policy's matched routes and the headline: the speedup over the faster correct
+        one. strict's routes are the fp32 baselines (measured once, listed again here)."""
+        import copy
+
+        if pr.precision == "strict":
+            pr.routes = [copy.deepcopy(b) for b in res.baselines]
+        elif self.config.baseline_precision == "matched":
+            pr.routes = [self._route(r, model, inputs, checks, pr.atol, pr.rtol)
+                         for r in routes.matched_routes(pr.precision)]
+            self._cleanup()
+        best = routes.headline(pr.routes)
+        if best is None and pr.routes and any(r.status == "mismatch" for r in pr.routes):
+            # every matched route that ran was outside the tolerance: the user's correct
+            # choice at this tolerance is then fp32 (eager fp32 is the reference)
+            best = routes.headline(res.baselines)
+            pr.matched_fallback = "no matched route within the tolerance: the fp32 baselines"
         if best:
-            pr.matched_best_ms = best.timing.median_ms
+            pr.matched_best, pr.matched_best_ms = best.name, best.timing.median_ms
             if pr.speedup is not None:
                 pr.speedup_matched = best.timing.median_ms / pr.kforge.timing.median_ms
-
-    def _baseline_compile(self, model, inputs, checks, cold: bool = False) -> ContenderResult:
-        try:
-            c = backends.torch_compile(model, inputs, self.config.target, self.config.compile_mode)
-            record = self._cold_compile_record() if cold else {}
-            if record.get("status") == "ok":      # caches were warmed by the parallel pre-pass
-                c.info.update(compile_s_warm=c.compile_s, compile_s_source="cold, parallel pre-pass")
-                c.compile_s = float(record["compile_s"])
-            _, max_abs, max_rel, _ = self._check(c.fn, checks)
-            return ContenderResult("torch.compile", "ok", timing=self._time(c.fn, inputs),
-                                   compile_s=c.compile_s, max_abs_err=max_abs, max_rel_err=max_rel,
-                                   info=c.info)
-        except backends.ContenderUnavailable as exc:
-            return ContenderResult("torch.compile", exc.status, reason=str(exc))
-        except Exception as exc:
-            return ContenderResult("torch.compile", "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
 
     def _cold_compile_record(self) -> dict:
         if self.config.compile_times is None or self._current is None:
@@ -335,8 +397,15 @@ class Runner:
                 torch.cuda.synchronize()
             kr.info["first_call_s"] = time.perf_counter() - t0
             kr.compile_s = (kr.compile_s or 0.0) + kr.info["first_call_s"]
-            ok, kr.max_abs_err, kr.max_rel_err, plain = self._check(c.fn, checks, atol, rtol)
-            kr.info["within_unscaled_atol"] = plain
+            f64 = self._float64_references(model, checks) if policy == "strict" else None
+            chk = self._check(c.fn, checks, atol, rtol,
+                              f64=f64 if isinstance(f64, list) else None)
+            ok, kr.max_abs_err, kr.max_rel_err = chk.ok, chk.max_abs, chk.max_rel
+            kr.allclose = kr.info["within_unscaled_atol"] = chk.allclose
+            if policy == "strict":
+                pr.strict_contract = chk.contract_json() if isinstance(f64, list) else \
+                    {"status": "unavailable", "reason": f64}
+            del f64
             if not ok:
                 kr.status = "mismatch"
                 kr.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager on fresh inputs "
@@ -352,8 +421,58 @@ class Runner:
 
 
 def _fastest(results: list[ContenderResult]) -> ContenderResult | None:
-    timed = [b for b in results if b.status == "ok" and b.timing]
-    return min(timed, key=lambda b: b.timing.median_ms) if timed else None
+    """The faster correct one (status ok and timed)."""
+    return routes.headline(results)
+
+
+def _no_grad(call):
+    def run():
+        import torch
+        with torch.no_grad():
+            return call()
+    return run
+
+
+@dataclass
+class _CheckResult:
+    ok: bool = True
+    allclose: bool = True
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    # strict contract, over all checks and outputs: eager fp32's and the contender's largest
+    # error against float64, and elements over the bound
+    fp32_err: float = 0.0
+    err_vs_f64: float = 0.0
+    over_bound: int = 0
+    contract_ok: bool | None = None
+
+    def add_contract(self, out, ref32, ref64) -> None:
+        from kforge.verify import contract
+
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        r32s = ref32 if isinstance(ref32, (tuple, list)) else [ref32]
+        r64s = ref64 if isinstance(ref64, (tuple, list)) else [ref64]
+        for o, r32, r64 in zip(outs, r32s, r64s):
+            if not r64.is_floating_point():
+                continue
+            e32 = contract.fp32_error(r32, r64)
+            c = contract.check(o, r64, e32, dtype=r32.dtype)
+            self.fp32_err = max(self.fp32_err, e32)
+            self.err_vs_f64 = max(self.err_vs_f64, c.max_err)
+            self.over_bound += c.bad
+            self.contract_ok = bool((self.contract_ok is not False) and c.ok)
+
+    def contract_json(self) -> dict:
+        from kforge.verify import contract
+
+        return {"status": "pass" if self.contract_ok else "fail",
+                "passes": bool(self.contract_ok),
+                "eager_fp32_max_err_vs_f64": self.fp32_err,
+                "kforge_max_err_vs_f64": self.err_vs_f64,
+                "ratio": (self.err_vs_f64 / self.fp32_err) if self.fp32_err > 0 else None,
+                "elements_over_bound": self.over_bound,
+                "rule": f"|kforge - f64| <= max({contract.FACTOR:g} x max|eager fp32 - f64|, "
+                        f"{contract.ULP_FLOOR:g} eps |f64|) per element"}
 
 
 def _one_line(pr: PolicyResult, res: WorkloadResult) -> str:
@@ -362,7 +481,11 @@ def _one_line(pr: PolicyResult, res: WorkloadResult) -> str:
     if k.timing is None:
         return f"{pr.precision:6s} kforge {k.status}: {k.reason}  ({base})"
     sp = f"{pr.speedup:.2f}x" if pr.speedup else "n/a"
-    matched = f"; {pr.speedup_matched:.2f}x vs PyTorch {pr.precision}" if pr.speedup_matched and \
-        pr.precision != "strict" else ""
+    matched = (f"; {pr.speedup_matched:.2f}x vs {pr.matched_best} {pr.matched_best_ms:.3f} ms"
+               if pr.speedup_matched and pr.precision != "strict" else
+               "; no correct matched route" if pr.routes and not pr.matched_best else "")
+    contract = ""
+    if pr.strict_contract and "passes" in pr.strict_contract:
+        contract = f"; strict contract {pr.strict_contract['status']}"
     return (f"{pr.precision:6s} kforge {k.timing.median_ms:.3f} ms [{k.status}] vs {base}: {sp}, "
-            f"{100 * pr.roofline_fraction:.0f}% of floor{matched}")
+            f"{100 * pr.roofline_fraction:.0f}% of floor{matched}{contract}")
