@@ -5,10 +5,12 @@ its own step: loading a package never does it. Needs only torch and triton.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable
 
 from kforge.errors import UserError
+from kforge.verify.verifier import VerificationOutOfMemory, is_out_of_memory
 from kforge.package import Package, open_package, read_manifest, relink, write_manifest
 
 
@@ -127,8 +129,17 @@ def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
             entry.setdefault("verification", {})["status"] = "rejected"
     elif status == "candidate":
         say(f"verifying region {h}")
-        rec = verify_candidate(spec, cand, target, precision, measure=True,
-                               dynamic_sizes=sizes)
+        try:
+            with device_admission(spec, target, say):
+                rec = verify_candidate(spec, cand, target, precision, measure=True,
+                                       dynamic_sizes=sizes)
+        except VerificationOutOfMemory as exc:
+            # not the kernel's fault: it stays a candidate (unused until verified), and the
+            # region's record says why, for `kforge tune` to be run again with fewer jobs
+            say(f"region {h}: not verified: {exc}")
+            entry["verification"] = dict(entry.get("verification") or {}, status="candidate",
+                                         reason="out_of_memory", message=str(exc)[:1000])
+            return entry, None
         entry["verification"] = rec.to_json()
         entry["status"] = rec.status
         entry["time_ms"] = rec.time_ms
@@ -148,7 +159,39 @@ def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
                 entry, new_source = new, res.candidate.source
     else:
         return None, None
-    return compare_with_pytorch(entry, spec, target), new_source
+    try:
+        return compare_with_pytorch(entry, spec, target), new_source
+    except Exception as exc:  # noqa: BLE001 - only running out of memory is expected here
+        if not is_out_of_memory(exc):
+            raise
+        say(f"region {h}: not timed against PyTorch: out of {target} memory")
+        return entry, new_source
 
 
-__all__ = ["pending_candidates", "tune_entry", "tune_package"]
+@contextlib.contextmanager
+def device_admission(spec, target: str, say: Callable[[str], None] | None = None):
+    """Verification of a region starts only when the device's free memory, less what other
+    admitted verifications on it have reserved, covers its estimate (kforge.workers.admission:
+    reservations are per host, so `kforge tune` processes started side by side, e.g. by
+    `python -m kforge.bench.packages --tune --jobs N`, take turns instead of running out of
+    memory). Inside a task the executor already admitted (KFORGE_GPU_LOCK set), or on the cpu
+    target, nothing is waited for."""
+    if target == "cpu" or os.environ.get("KFORGE_GPU_LOCK"):
+        yield
+        return
+    from kforge.workers.admission import admitted, device_tag, estimate_bytes
+    with admitted(estimate_bytes(spec), device_tag(target), probe=_free_device_bytes,
+                  on_wait=say):
+        yield
+
+
+def _free_device_bytes(tag: str) -> int:
+    """Free memory of this process's device, as the driver reports it."""
+    import torch
+    if tag.startswith("cuda"):
+        return int(torch.cuda.mem_get_info()[0])
+    from kforge.workers.admission import free_bytes
+    return free_bytes(tag)
+
+
+__all__ = ["device_admission", "pending_candidates", "tune_entry", "tune_package"]

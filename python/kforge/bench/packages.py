@@ -29,6 +29,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -207,20 +208,43 @@ def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds:
             return {"returncode": None, "tune_s": 0.0, "regions": {}, "skipped": "deadline"}
         return tune_one(pkg, timeout_s, rounds, i % gpus if gpus else None, workers)
 
+    def show(pkg, rec, note=""):
+        states = ", ".join(f"{v}" for v in rec["regions"].values()) or "nothing to verify"
+        print(f"{pkg.parent.name:6s} {pkg.name:42s} rc={rec['returncode']} {rec['tune_s']:6.1f}s  "
+              f"{states}{note}", flush=True)
+
+    out_of_memory = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(job, i, pkg): pkg for i, pkg in enumerate(packages)}
+        futures = {pool.submit(job, i, pkg): (i, pkg) for i, pkg in enumerate(packages)}
         for fut in concurrent.futures.as_completed(futures):
             rec = fut.result()
-            pkg = futures[fut]
+            i, pkg = futures[fut]
             if rec.get("skipped"):
                 print(f"{pkg.parent.name:6s} {pkg.name:42s} not started (deadline): the bench "
                       "verifies it in its own process", flush=True)
                 continue
+            if jobs > 1 and ran_out_of_memory(rec):
+                out_of_memory.append((i, pkg))
+                show(pkg, rec, "  (out of device memory: again later, alone)")
+                continue
             failed += rec["returncode"] != 0
-            states = ", ".join(f"{v}" for v in rec["regions"].values()) or "nothing to verify"
-            print(f"{pkg.parent.name:6s} {pkg.name:42s} rc={rec['returncode']} {rec['tune_s']:6.1f}s  {states}",
-                  flush=True)
+            show(pkg, rec)
+    # fewer at a time: what ran out of memory beside other jobs runs again one at a time
+    for i, pkg in sorted(out_of_memory):
+        rec = job(i, pkg)
+        if rec.get("skipped"):
+            continue
+        failed += rec["returncode"] != 0
+        show(pkg, rec, "  (retried alone)")
     return failed
+
+
+def ran_out_of_memory(record: dict) -> bool:
+    """A `kforge tune` run (its tune.json record) that left regions unverified for lack of
+    device memory, or died of it."""
+    text = "\n".join(record.get("log_tail", [])).lower()
+    return record.get("returncode") != 0 and \
+        re.search(r"out of (\w+ )?memory|outofmemoryerror", text) is not None
 
 
 def _write_build_record(out: Path, policies: list[str], target: str) -> None:

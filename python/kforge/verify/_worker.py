@@ -228,8 +228,13 @@ def main() -> int:
     weight_idx = [i for i, a in enumerate(sig.args) if a.weight]
 
     def prepared_args(seed, size, domain):
-        tensors = [t.to(device) for t in inputs_mod.make_inputs(sig, seed, size, domain)]
-        originals = [t.clone() for t in tensors]
+        host = inputs_mod.make_inputs(sig, seed, size, domain)
+        tensors = [t.to(device) for t in host]
+        # the pristine copies stay in host memory: the candidate never sees them (on a GPU,
+        # `host` itself; on the cpu target `tensors` are `host`, so they are cloned), and the
+        # device holds one copy of each input, not two (a 4 GB weight is 4 GB, not 8)
+        originals = host if device != "cpu" else [t.clone() for t in host]
+        del host
         args = list(tensors)
         if prepare is not None and weight_idx:
             new = prepare({i: args[i] for i in weight_idx})
@@ -278,7 +283,7 @@ def main() -> int:
             entry["outputs"] = save_outputs(f"outputs_{i}.pt", outs)
             entry["inputs_modified"] = [
                 j for j, (a, b) in enumerate(zip(tensors, originals))
-                if a.shape != b.shape or not torch.equal(a.cpu(), b.cpu())]
+                if a.shape != b.shape or not torch.equal(a.cpu(), b)]
         except BaseException as exc:  # noqa: BLE001
             result["error"] = dict(_describe_error(exc), stage="check", check=i)
             result["checks"].append(entry)

@@ -18,6 +18,9 @@ class PrecisionPolicy:
     # inputs accepts the exact result OR that of the policy's own arithmetic (the same products
     # with operands rounded to this format, kforge.reference `operand_format`).
     operand_format: str | None = None
+    # strict: results must also be as accurate as PyTorch's own fp32 computation of the
+    # region, within a factor (kforge.verify.contract)
+    fp32_grade: bool = False
 
     def tolerance_text(self) -> str:
         return f"atol = rtol = {self.atol:g}" if self.atol == self.rtol else \
@@ -26,7 +29,7 @@ class PrecisionPolicy:
 
 POLICIES = {
     "strict": PrecisionPolicy("strict", 1e-4, 1e-4, "fp32 results (fp32-accurate emulation "
-                              "allowed: tf32x3, hi/lo splits)"),
+                              "allowed: tf32x3, hi/lo splits)", fp32_grade=True),
     "tf32": PrecisionPolicy("tf32", 1e-2, 1e-2, "TF32 tensor cores", "tf32"),
     "bf16": PrecisionPolicy("bf16", 1e-2, 1e-2, "bf16 operands, fp32 accumulate", "bf16"),
 }

@@ -13,20 +13,29 @@
    |out - ref| <= atol * scale + rtol * |ref|, with the policy's atol/rtol and
    scale = max(1, RMS of the reference output), so that atol means the same for outputs of
    magnitude 1 and of magnitude sqrt(K). NaN/inf must appear exactly where the reference has them.
+   Under strict, also the fp32-grade contract (kforge.verify.contract): no element farther from
+   the float64 reference than 2x PyTorch's own fp32 error on the same inputs (or 4 ulp).
+5. Memory: references live in host memory between checks and are compared on the device a
+   chunk at a time; the parent gives cached device memory back before the worker runs. A
+   device out-of-memory is retried, then raised as VerificationOutOfMemory (the candidate is
+   neither verified nor rejected), never a raw traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
+from kforge.verify import contract
 from kforge.verify.inputs import Signature, TORCH_DTYPES, make_inputs, seed_scale, signature_of
 from kforge.verify.policy import PrecisionPolicy, get_policy
 from kforge.verify.sandbox import run_worker
@@ -45,6 +54,63 @@ _FEEDBACK_STATUS = {"compile_error": "compile_error", "syntax_error": "compile_e
 
 class OracleError(RuntimeError):
     """The region's reference itself failed: no candidate can be judged (not its fault)."""
+
+
+class VerificationOutOfMemory(OracleError):
+    """The device ran out of memory while verifying a region (its reference, the comparison,
+    or the sandboxed run on a GPU, after waiting and retrying): the candidate is neither
+    verified nor rejected. The message names the region and what was being done."""
+
+
+# Retries of a step that ran out of device memory, and the waits before them (seconds): memory
+# other processes held may be free by then (kforge tune --jobs N on one GPU).
+OOM_RETRY_WAITS_S = (2.0, 10.0)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A device allocation failure, as PyTorch raises it (torch.OutOfMemoryError; older or
+    other backends: a RuntimeError that says so)."""
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _free_memory_text(device: str) -> str:
+    try:
+        if device == "cuda" and torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            return f"; {free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free on the device now"
+    except Exception:  # noqa: BLE001 - informational
+        pass
+    return ""
+
+
+def _on_device_memory(step: Callable, device: str, region: str, what: str, sleep=None):
+    """Run `step`; on a device out-of-memory, release cached memory, wait and retry
+    (OOM_RETRY_WAITS_S); then raise VerificationOutOfMemory naming the region."""
+    import gc
+    sleep = sleep or time.sleep
+    for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - only memory errors are handled here
+            if not is_out_of_memory(exc):
+                raise
+            last = exc
+        gc.collect()
+        _release(device)
+        if attempt < len(OOM_RETRY_WAITS_S):
+            sleep(OOM_RETRY_WAITS_S[attempt])
+    raise VerificationOutOfMemory(
+        f"region {region}: out of {device} memory while {what} ({len(OOM_RETRY_WAITS_S) + 1} "
+        f"attempts){_free_memory_text(device)}: {_first_line(last)}. Verify it with fewer "
+        "jobs on the device at a time (kforge tune admits them by free memory)") from last
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -149,6 +215,9 @@ class _Check:
     # the fraction of the policy's tolerance this check allows (REDUCED_PRECISION_MARGIN on
     # the unit-scale checks of a reduced-precision policy)
     tol_scale: float = 1.0
+    # strict: per result, PyTorch's own fp32 error against the reference on these inputs (the
+    # bound of kforge.verify.contract; None for results it does not apply to); () elsewhere
+    fp32_errors: tuple = ()
 
 
 # A reduced-precision policy (tf32, bf16) promises atol = rtol = 1e-2 against the exact result.
@@ -168,9 +237,36 @@ def _reference_outputs(ref: Callable, args: list[torch.Tensor], device: str) -> 
     outs = ref(*on_device)
     if isinstance(outs, torch.Tensor):
         outs = (outs,)
-    # Kept on the device: the comparison runs there too (outputs of GPU-sized regions are
-    # hundreds of MB; comparing them in float64 on the host took longer than the checks).
     return tuple(o.detach() for o in outs)
+
+
+@contextlib.contextmanager
+def fp32_numerics():
+    """PyTorch's fp32 as the strict contract means it: TF32 off for matmuls and cuDNN
+    (PyTorch's default leaves TF32 convolutions on)."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    old = (matmul.allow_tf32, cudnn.allow_tf32)
+    matmul.allow_tf32 = cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = old
+
+
+def _to_host(outs: tuple, device: str) -> tuple:
+    """A check's reference outputs are kept in host memory and compared on the device a chunk
+    at a time (compare_outputs): device memory then holds one check's reference computation at
+    a time, not every check's float64 results for the whole verification."""
+    if device == "cpu":
+        return outs
+    return tuple(o.to("cpu") for o in outs)
+
+
+def _release(device: str) -> None:
+    """Give the caching allocator's free blocks back, so that the sandboxed worker (another
+    process) and other verifications on the device can have them."""
+    if device != "cpu" and hasattr(torch, device):
+        getattr(torch, device).empty_cache()
 
 
 def _non_finite(outs) -> int:
@@ -178,9 +274,11 @@ def _non_finite(outs) -> int:
 
 
 def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[int],
-                  sizes: Sequence[int], policy_ref: Callable | None = None) -> list[_Check]:
+                  sizes: Sequence[int], policy_ref: Callable | None = None,
+                  fp32_ref: Callable | None = None) -> list[_Check]:
     """Inputs per check (regenerated in the worker from the same seed), their reference and,
-    with `policy_ref`, the result of the policy's own arithmetic on them."""
+    with `policy_ref`, the result of the policy's own arithmetic on them; with `fp32_ref`
+    (strict), the error of PyTorch's own fp32 computation of the region on them."""
     plan = [(s, sizes[0]) for s in seeds]
     if sig.is_dynamic:
         plan += [(100 + s, sizes[1]) for s in seeds[:2]]
@@ -199,13 +297,21 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             trial_outs = _reference_outputs(ref, trial, device)
             if _non_finite(trial_outs) < bad:
                 domain, outs, inputs = other, trial_outs, trial
-        alt, tol_scale = (), 1.0
+        alt, tol_scale, e32 = (), 1.0, ()
         if policy_ref is not None:
             if seed_scale(seed) > 1:
-                alt = _reference_outputs(policy_ref, inputs, device)
+                alt = _to_host(_reference_outputs(policy_ref, inputs, device), device)
             else:
                 tol_scale = REDUCED_PRECISION_MARGIN
-        checks.append(_Check(seed, size, domain, outs, alt, tol_scale))
+        if fp32_ref is not None:
+            with fp32_numerics(), torch.no_grad():
+                outs32 = _reference_outputs(fp32_ref, inputs, device)
+            e32 = tuple(contract.fp32_error(o32, r) if r.is_floating_point() and
+                        o32.is_floating_point() else None for o32, r in zip(outs32, outs))
+            del outs32
+        checks.append(_Check(seed, size, domain, _to_host(outs, device), alt, tol_scale, e32))
+        del outs
+        _release(device)
     return checks
 
 
@@ -226,20 +332,27 @@ def _index_text(flat: int, shape: Sequence[int]) -> str:
 
 
 def _compare_check(outs: Sequence[torch.Tensor], c: _Check, sig: Signature,
-                   policy: PrecisionPolicy) -> _Comparison:
+                   policy: PrecisionPolicy, device: str = "cpu") -> _Comparison:
     """A candidate's outputs for check `c`, at the share of the policy's tolerance the check
     allows, with its policy-arithmetic alternative where it has one."""
     return compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
-                           policy.rtol * c.tol_scale, c.alternative)
+                           policy.rtol * c.tol_scale, c.alternative, c.fp32_errors,
+                           device=device)
 
 
 def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
                     sig: Signature, size: int, atol: float, rtol: float,
-                    alternatives: Sequence[torch.Tensor] | None = None) -> _Comparison:
-    """Compare every element, on the reference's device: |out - ref| <= atol * max(1,
-    RMS(ref)) + rtol * |ref|. With `alternatives` (per result, the exact result of a
-    reduced-precision policy's own arithmetic), an element may instead be that close to the
-    alternative. The message says where and how it is wrong."""
+                    alternatives: Sequence[torch.Tensor] | None = None,
+                    fp32_errors: Sequence[float | None] | None = None,
+                    device=None) -> _Comparison:
+    """Compare every element: |out - ref| <= atol * max(1, RMS(ref)) + rtol * |ref|. With
+    `alternatives` (per result, the exact result of a reduced-precision policy's own
+    arithmetic), an element may instead be that close to the alternative. With `fp32_errors`
+    (per result, PyTorch's own fp32 error against the reference: the strict contract,
+    kforge.verify.contract), every element must also be within that bound. The comparison runs
+    on `device` (default: the reference's) in chunks (contract.CHUNK elements), so its float64
+    temporaries stay small whatever the size of the result. The message says where and how it
+    is wrong."""
     if len(outs) != len(refs):
         return _Comparison(False, f"launch returned {len(outs)} results; the region has "
                            f"{len(refs)}")
@@ -265,48 +378,95 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
                                    f"{out.flatten()[first].item()}, expected "
                                    f"{ref.flatten()[first].item()}")
             continue
-        o, r = out.to(ref.device).double(), ref.double()
-        finite = torch.isfinite(r)
-        scale = max(1.0, float(r[finite].pow(2).mean().sqrt())) if finite.any() else 1.0
-        err = (o - r).abs()
-        tol = atol * scale + rtol * r.abs()
+        where = device if device is not None else ref.device
         alt = alternatives[k] if alternatives and k < len(alternatives) else None
-        if alt is not None:          # a float result's alternative (ints returned above)
-            a = alt.to(r.device).double()
-            err_alt, tol_alt = (o - a).abs(), atol * scale + rtol * a.abs()
+        cmp = _compare_float(out, ref, alt, atol, rtol, where, want_shape, label)
+        max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
+        if not cmp.ok:
+            return _Comparison(False, cmp.message, max_abs, max_rel)
+        e32 = fp32_errors[k] if fp32_errors and k < len(fp32_errors) else None
+        if e32 is not None:
+            c = contract.check(out, ref, e32, dtype=want_dtype)
+            if not c.ok:
+                msg = (f"{label} {list(want_shape)}: {c.bad} of {out.numel()} elements are "
+                       f"farther from the float64 result than the strict contract allows: "
+                       f"{contract.FACTOR:g} x PyTorch's own fp32 error on these inputs "
+                       f"({e32:.3g}), or {contract.ULP_FLOOR:g} ulp; first at "
+                       f"{_index_text(c.first_bad, want_shape)}: got {c.got:.9g}, expected "
+                       f"{c.expected:.9g} (error {abs(c.got - c.expected):.3g}); max error "
+                       f"{c.max_err:.3g} = {c.max_err / e32 if e32 else float('inf'):.3g} x "
+                       "fp32's. Accumulate in fp32 at least as carefully as PyTorch does "
+                       "(no low-precision partial sums, no lossy reassociation of a "
+                       "cancelling reduction)")
+                return _Comparison(False, msg, max_abs, max_rel)
+    return _Comparison(True, "", max_abs, max_rel)
+
+
+def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Comparison:
+    """The policy's rule for one float result, chunk by chunk (two passes: RMS, then each
+    element)."""
+    # pass 1: RMS of the reference where it is finite
+    total, count = 0.0, 0
+    for _, r in contract.chunks(ref, device=device):
+        f = torch.isfinite(r)
+        total += float(r[f].pow(2).sum())
+        count += int(f.sum())
+    scale = max(1.0, math.sqrt(total / count)) if count else 1.0
+    threshold = atol * scale
+    n_bad = n_nan = 0
+    first = got = expected = None
+    rows: list[int] = []
+    row_len = max(1, math.prod(want_shape[1:])) if len(want_shape) >= 2 else 1
+    max_abs = max_rel = 0.0
+    pieces = (out, ref) if alt is None else (out, ref, alt)
+    for start, o, r, *rest in contract.chunks(*pieces, device=device):
+        finite = torch.isfinite(r)
+        err = (o - r).abs()
+        tol = threshold + rtol * r.abs()
+        if rest:                       # a float result's alternative (ints are compared above)
+            a = rest[0]
+            err_alt, tol_alt = (o - a).abs(), threshold + rtol * a.abs()
             near_alt = torch.isfinite(a) & (err_alt <= tol_alt)
             err = torch.where(near_alt, torch.minimum(err, err_alt), err)
             tol = torch.where(near_alt, torch.maximum(tol, tol_alt), tol)
         bad = torch.where(finite, ~(err <= tol), ~((o == r) | (torch.isnan(o) & torch.isnan(r))))
         if finite.any():
             e = err[finite]
-            e_max = float(e.max()) if torch.isfinite(e).all() else float("inf")
-            max_abs = max(max_abs, e_max)
-            big = finite & (r.abs() > atol * scale)
+            max_abs = max(max_abs, float(e.max()) if torch.isfinite(e).all() else float("inf"))
+            big = finite & (r.abs() > threshold)
             if big.any():
-                rel = (err[big] / r[big].abs())
+                rel = err[big] / r[big].abs()
                 max_rel = max(max_rel, float(rel.max()) if torch.isfinite(rel).all()
                               else float("inf"))
-        if bad.any():
-            n_bad = int(bad.sum())
-            n_nan = int((bad & torch.isnan(o)).sum())
-            first = int(bad.flatten().nonzero()[0])
-            msg = (f"{label} {list(want_shape)}: {n_bad} of {bad.numel()} elements outside "
-                   f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
-                   + (" of the exact result and of the policy's own arithmetic"
-                      if alt is not None else ""))
-            if n_nan:
-                msg += f" ({n_nan} of them NaN: never written, or NaN computed)"
-            msg += (f"; first at {_index_text(first, want_shape)}: got "
-                    f"{o.flatten()[first].item():.6g}, expected {r.flatten()[first].item():.6g}")
-            if len(want_shape) >= 2:
-                rows = bad.reshape(want_shape[0], -1).any(dim=1).nonzero().flatten().tolist()
-                shown = ", ".join(str(x) for x in rows[:8]) + (", ..." if len(rows) > 8 else "")
-                msg += f"; wrong rows (dim 0): {shown} of {want_shape[0]}"
-            if finite.any():
-                msg += f"; max abs err {float(err[finite].max()):.3g}"
-            return _Comparison(False, msg, max_abs, max_rel)
-    return _Comparison(True, "", max_abs, max_rel)
+        n = int(bad.sum())
+        if n:
+            idx = bad.nonzero().flatten()
+            if first is None:
+                i = int(idx[0])
+                first, got, expected = start + i, o[i].item(), r[i].item()
+            n_nan += int((bad & torch.isnan(o)).sum())
+            if len(rows) <= 8:
+                for row in torch.unique((idx[:4096] + start) // row_len).tolist():
+                    if row not in rows:
+                        rows.append(int(row))
+            n_bad += n
+    if not n_bad:
+        return _Comparison(True, "", max_abs, max_rel)
+    numel = math.prod(want_shape)
+    msg = (f"{label} {list(want_shape)}: {n_bad} of {numel} elements outside "
+           f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
+           + (" of the exact result and of the policy's own arithmetic" if alt is not None else ""))
+    if n_nan:
+        msg += f" ({n_nan} of them NaN: never written, or NaN computed)"
+    msg += (f"; first at {_index_text(first, want_shape)}: got {got:.6g}, expected "
+            f"{expected:.6g}")
+    if len(want_shape) >= 2:
+        rows = sorted(rows)
+        shown = ", ".join(str(x) for x in rows[:8]) + (", ..." if len(rows) > 8 else "")
+        msg += f"; wrong rows (dim 0): {shown} of {want_shape[0]}"
+    if count:
+        msg += f"; max abs err {max_abs:.3g}"
+    return _Comparison(False, msg, max_abs, max_rel)
 
 
 def _timing_stats(samples: Sequence[float]) -> tuple[float, float, float, float]:
@@ -326,13 +486,22 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                      memory_mb: int | None = DEFAULT_MEMORY_MB,
                      measure: bool = False, timing_reps: int = 3,
                      run_static_checks: bool = True,
-                     work_dir: str | Path | None = None) -> VerificationRecord:
+                     work_dir: str | Path | None = None,
+                     fp32_reference: Callable | None = None) -> VerificationRecord:
     """Verify one candidate for a region; never raises for a bad candidate.
 
     `spec`: a kforge.spec.KernelSpec; `candidate`: a providers.base.Candidate (or its source
     text); `reference`: the oracle (default: kforge.reference.reference_fn(spec, float64));
     `measure`: also time it (record.time_ms, time_noise). When the target's device is not on
     this machine the candidate is only statically checked: status "candidate".
+    `fp32_reference` (strict): PyTorch's fp32 computation of the region, whose error against
+    `reference` bounds the candidate's (kforge.verify.contract; default: the spec's reference
+    in its own element types).
+
+    Raises OracleError when no verdict can be reached (the reference failed), and its
+    subclass VerificationOutOfMemory when the device ran out of memory for the reference, the
+    comparison or (on a GPU, twice) the sandboxed run: not the candidate's fault, so it is not
+    rejected for it; the caller records a per-region error.
     """
     started = _dt.datetime.now(_dt.timezone.utc)
     source = candidate if isinstance(candidate, str) else candidate.source
@@ -361,6 +530,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                       "`kforge tune PKG` on a machine with the device to verify it")
 
     device = "cpu" if tname == "cpu" else tname
+    region = getattr(spec, "name", None) or (spec.get("name") if isinstance(spec, dict) else "?")
     if reference is None:
         from kforge.reference import reference_fn
         reference = reference_fn(spec, torch.float64)
@@ -368,10 +538,18 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                       if policy.operand_format else None)
     else:
         policy_ref = None
+    if policy.fp32_grade and fp32_reference is None and getattr(spec, "ops", None):
+        from kforge.reference import reference_fn
+        fp32_reference = reference_fn(spec)          # the spec's own element types: fp32
     try:
-        checks = _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes, policy_ref)
+        checks = _on_device_memory(
+            lambda: _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes,
+                                  policy_ref, fp32_reference if policy.fp32_grade else None),
+            device, region, "computing the float64 reference")
+    except OracleError:
+        raise
     except Exception as exc:  # the oracle itself failed: not the candidate's fault
-        raise OracleError(f"the reference of region {getattr(spec, 'name', '?')} failed: "
+        raise OracleError(f"the reference of region {region} failed: "
                           f"{type(exc).__name__}: {exc}") from exc
     size_list = []
     for c in checks:
@@ -394,9 +572,26 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                "timing": {"reps": timing_reps} if measure else None}
         (job_dir / "job.json").write_text(json.dumps(job))
         limit = timeout_s or DEFAULT_TIMEOUT_S.get(tname, 120.0)
-        run = run_worker(job_dir, tname, limit, memory_mb)
-        result = _read_json(job_dir / "result.json")
-        progress = _read_json(job_dir / "progress.json") or {}
+        for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
+            run = run_worker(job_dir, tname, limit, memory_mb)
+            result = _read_json(job_dir / "result.json")
+            progress = _read_json(job_dir / "progress.json") or {}
+            if device == "cpu" or not _worker_out_of_memory(result):
+                break
+            # On a GPU the device is shared (other verifications, other jobs): a sandboxed run
+            # that ran out of its memory is retried, and never rejected for it. On the cpu
+            # target the limit is the sandbox's own (memory_mb), and exceeding it rejects.
+            if attempt == len(OOM_RETRY_WAITS_S):
+                err = result["error"]
+                raise VerificationOutOfMemory(
+                    f"region {region}: the sandboxed run of the candidate ran out of {device} "
+                    f"memory {len(OOM_RETRY_WAITS_S) + 1} times{_free_memory_text(device)}: "
+                    f"{err.get('type')}: {str(err.get('message', ''))[:300]}")
+            for f in job_dir.glob("outputs_*.pt"):
+                f.unlink()
+            (job_dir / "result.json").unlink(missing_ok=True)
+            _release(device)
+            time.sleep(OOM_RETRY_WAITS_S[attempt])
         if result is None:
             where = _progress_text(progress)
             tail = run.stderr_tail.strip()
@@ -429,7 +624,9 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               f"launch modified its input(s) {', '.join(names)}; inputs must "
                               "be left unchanged", **common)
             outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
-            cmp = _compare_check(outs, c, sig, policy)
+            cmp = _on_device_memory(lambda: _compare_check(outs, c, sig, policy, device),
+                                    device, region, f"comparing check {i + 1}")
+            del outs
             max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
             if not cmp.ok:
                 kind = "mismatch"
@@ -456,7 +653,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         timing = result.get("timing")
         if measure and timing:
             outs = torch.load(job_dir / "outputs_timed.pt", weights_only=True)
-            cmp = _compare_check(outs, checks[0], sig, policy)
+            cmp = _on_device_memory(lambda: _compare_check(outs, checks[0], sig, policy, device),
+                                    device, region, "comparing the timed run's results")
             if not cmp.ok:
                 return record("rejected", "mismatch", "wrong result while being timed: "
                               + cmp.message, **common)
@@ -466,6 +664,11 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                       **common)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _worker_out_of_memory(result) -> bool:
+    err = (result or {}).get("error") or {}
+    return err.get("kind") == "out_of_memory"
 
 
 def _read_json(path: Path):

@@ -1,0 +1,100 @@
+"""The fp32-grade strict contract (DESIGN.md "Precision policies"; issue 13, item 3).
+
+Under `strict`, besides |out - ref| <= atol * max(1, RMS(ref)) + rtol * |ref| (the policy's
+rule, kforge.verify.verifier), every element of a result must be as close to the float64
+reference as PyTorch's own fp32 computation of the region gets, within a factor:
+
+    |out_i - ref64_i| <= max(FACTOR * E32, ULP_FLOOR * eps(dtype) * |ref64_i|)
+    E32 = max_j |fp32_j - ref64_j|     (PyTorch's fp32 result of the same region, same inputs,
+                                         TF32 off for matmuls and cuDNN, measured by the verifier)
+
+FACTOR = 2. The RMS-scaled atol alone lets a kernel through whose error is far above what fp32
+arithmetic gives: a row sum over a GEMM output with large cancellation was 2.3e-2 off where
+fp32 eager was 3.5e-3 off float64 (H200, 2026-12-01), inside 1e-4 * RMS(ref). The floor of a
+few units in the last place of each element keeps regions where fp32 is exact or nearly so
+(a copy, a ReLU, an elementwise tail) from demanding bit-identical results of a kernel that
+computes the same formula in another order.
+
+Everything here works in chunks of CHUNK elements, so a check of a GB-sized result needs only a
+few chunk-sized float64 temporaries on the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+FACTOR = 2.0
+ULP_FLOOR = 4.0
+CHUNK = 1 << 22          # elements per chunk (32 MB of float64)
+
+
+def chunks(*tensors: torch.Tensor, device=None, chunk: int | None = None) -> Iterator[tuple]:
+    """(start, float64 pieces...) over the flattened tensors, each piece moved to `device`
+    (default: the first tensor's) one chunk (default CHUNK elements) at a time."""
+    chunk = chunk or CHUNK
+    flats = [t.reshape(-1) for t in tensors]
+    n = flats[0].numel()
+    device = device if device is not None else flats[0].device
+    for start in range(0, n, chunk):
+        yield (start, *[f[start:start + chunk].to(device=device, dtype=torch.float64)
+                        for f in flats])
+
+
+def fp32_error(fp32: torch.Tensor, ref64: torch.Tensor) -> float:
+    """E32: the largest |fp32 - ref64| over the elements where the reference is finite (inf
+    where PyTorch's fp32 result is not finite there: it then bounds nothing)."""
+    worst = 0.0
+    for _, f, r in chunks(fp32, ref64, device=ref64.device):
+        finite = torch.isfinite(r)
+        if not finite.any():
+            continue
+        e = (f[finite] - r[finite]).abs()
+        if not torch.isfinite(e).all():
+            return float("inf")
+        worst = max(worst, float(e.max()))
+    return worst
+
+
+@dataclass(frozen=True)
+class ContractResult:
+    ok: bool
+    fp32_err: float            # E32
+    max_err: float             # the candidate's largest error where the reference is finite
+    bad: int = 0               # elements over the bound
+    first_bad: int | None = None   # flat index of the first one
+    got: float | None = None
+    expected: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.max_err / self.fp32_err if self.fp32_err > 0 else None
+
+
+def check(out: torch.Tensor, ref64: torch.Tensor, fp32_err: float,
+          dtype: torch.dtype | None = None) -> ContractResult:
+    """Every element of `out` against the bound above. Elements where the reference is not
+    finite are left to the policy's rule (NaN/inf must match there)."""
+    dt = dtype or out.dtype
+    eps = torch.finfo(dt if dt.is_floating_point else torch.float32).eps
+    bad = 0
+    first = got = expected = None
+    max_err = 0.0
+    for start, o, r in chunks(out, ref64, device=ref64.device):
+        finite = torch.isfinite(r)
+        err = (o - r).abs()
+        bound = torch.clamp(ULP_FLOOR * eps * r.abs(), min=FACTOR * fp32_err)
+        over = finite & ~(err <= bound)       # NaN error counts as over
+        e = err[finite]
+        if e.numel():
+            max_err = max(max_err, float(e.max()) if torch.isfinite(e).all() else float("inf"))
+        n = int(over.sum())
+        if n and first is None:
+            i = int(over.nonzero()[0])
+            first, got, expected = start + i, float(o[i]), float(r[i])
+        bad += n
+    return ContractResult(bad == 0, fp32_err, max_err, bad, first, got, expected)
+
+
+__all__ = ["CHUNK", "FACTOR", "ULP_FLOOR", "ContractResult", "check", "chunks", "fp32_error"]

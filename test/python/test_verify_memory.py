@@ -1,0 +1,157 @@
+"""Verification that runs out of device memory (issue 13, item 4), on the CPU: the allocator's
+failure is simulated at the device edge only — torch.einsum (where the reference's GEMM
+allocates its result) raising torch.OutOfMemoryError, and torch.cuda.mem_get_info reporting
+the device's free memory — everything else is the real verifier, sandbox and tuner."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kforge.spec import load_spec
+from kforge.verify import VerificationOutOfMemory, verifier, verify_candidate
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engine"
+
+
+@pytest.fixture
+def matmul_bias():
+    return load_spec(FIXTURES / "matmul_bias.json"), (FIXTURES / "good_matmul_bias.py").read_text()
+
+
+@pytest.fixture
+def no_waits(monkeypatch):
+    monkeypatch.setattr(verifier, "OOM_RETRY_WAITS_S", (0.0, 0.0))
+
+
+def _einsum_oom(monkeypatch, failures: int):
+    """torch.einsum fails to allocate its float64 result `failures` times, then works."""
+    real = torch.einsum
+    left = {"n": failures}
+
+    def einsum(eq, *operands):
+        if left["n"] > 0 and any(getattr(t, "dtype", None) == torch.float64 for t in operands):
+            left["n"] -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB. "
+                                         "GPU 0 has a total capacity of 139.8 GiB")
+        return real(eq, *operands)
+
+    monkeypatch.setattr(torch, "einsum", einsum)
+    return left
+
+
+def test_transient_out_of_memory_is_retried(monkeypatch, no_waits, matmul_bias):
+    spec, source = matmul_bias
+    left = _einsum_oom(monkeypatch, failures=2)
+    record = verify_candidate(spec, source, "cpu", "strict")
+    assert left["n"] == 0
+    assert record.status == "verified", record.message
+
+
+def test_persistent_out_of_memory_names_the_region(monkeypatch, no_waits, matmul_bias):
+    spec, source = matmul_bias
+    _einsum_oom(monkeypatch, failures=10 ** 6)
+    with pytest.raises(VerificationOutOfMemory) as info:
+        verify_candidate(spec, source, "cpu", "strict")
+    text = str(info.value)
+    assert spec.name in text and "out of cpu memory while computing the float64 reference" in text
+    assert "3 attempts" in text and "fewer jobs" in text
+
+
+def test_tune_records_out_of_memory_per_region_without_a_traceback(monkeypatch, no_waits,
+                                                                    matmul_bias):
+    """`kforge tune`'s per-region step: the kernel stays a candidate, its record says why."""
+    from kforge.tune import tune_entry
+
+    spec, source = matmul_bias
+    _einsum_oom(monkeypatch, failures=10 ** 6)
+    said = []
+    entry = {"target": "cpu", "provider": "test", "source": "kernel.py",
+             "verification": {"status": "candidate"}}
+    new, new_source = tune_entry(spec, entry, source, target="cpu", precision="strict",
+                                 repair=0, say=said.append)
+    assert new_source is None
+    v = new["verification"]
+    assert v["status"] == "candidate" and v["reason"] == "out_of_memory"
+    assert spec.name in v["message"]
+    assert any("not verified" in m and "memory" in m for m in said)
+
+
+def _hold_reservation(root: Path, tag: str, nbytes: int) -> subprocess.Popen:
+    """Another verification on the device: a live process holding a reservation."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = root / tag
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{holder.pid}-other.reservation").write_text(
+        json.dumps({"pid": holder.pid, "bytes": nbytes, "since": time.time()}))
+    return holder
+
+
+def test_tune_admits_by_free_device_memory(monkeypatch, tmp_path, matmul_bias):
+    """With another job's reservation on the device and too little free memory (as
+    torch.cuda.mem_get_info reports it), verification waits; it starts when that job ends."""
+    from kforge.tune import device_admission
+    from kforge.workers.admission import estimate_bytes
+
+    spec, _ = matmul_bias
+    monkeypatch.setenv("KFORGE_DEVICE_LOCKS", str(tmp_path))
+    monkeypatch.delenv("KFORGE_GPU_LOCK", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    need = estimate_bytes(spec)
+    free = {"bytes": need + (1 << 20)}          # enough for one, not beside the other's
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (free["bytes"], 80 << 30))
+    holder = _hold_reservation(tmp_path, "cuda-0", need)
+    said, entered = [], threading.Event()
+
+    def verify():
+        with device_admission(spec, "cuda", said.append):
+            entered.set()
+            assert os.environ.get("KFORGE_GPU_LOCK")     # timed runs take the device lock
+
+    t = threading.Thread(target=verify)
+    try:
+        t.start()
+        assert not entered.wait(1.5)                     # waiting for memory
+        assert said and "waiting for" in said[0] and "cuda-0" in said[0]
+        holder.kill()
+        holder.wait()
+        assert entered.wait(10)                          # the other job ended: admitted
+    finally:
+        holder.kill()
+        t.join(10)
+    assert not list((tmp_path / "cuda-0").glob(f"{os.getpid()}-*.reservation"))
+
+
+def test_admission_is_skipped_inside_an_admitted_task(monkeypatch, tmp_path, matmul_bias):
+    from kforge.tune import device_admission
+
+    spec, _ = matmul_bias
+    monkeypatch.setenv("KFORGE_DEVICE_LOCKS", str(tmp_path))
+    monkeypatch.setenv("KFORGE_GPU_LOCK", str(tmp_path / "lock"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (0, 80 << 30))
+    holder = _hold_reservation(tmp_path, "cuda-0", 1 << 40)
+    try:
+        with device_admission(spec, "cuda"):     # would wait forever if it were counted twice
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_bench_tune_retries_out_of_memory_alone():
+    from kforge.bench.packages import ran_out_of_memory
+
+    oom = {"returncode": 1, "log_tail": [
+        "  region ab12: not verified: region kforge_region_ab12: out of cuda memory while "
+        "computing the float64 reference (3 attempts)", "region ab12: candidate"]}
+    assert ran_out_of_memory(oom)
+    assert ran_out_of_memory({"returncode": 1, "log_tail": ["torch.OutOfMemoryError: CUDA"]})
+    assert not ran_out_of_memory({"returncode": 1, "log_tail": ["region ab12: rejected"]})
+    assert not ran_out_of_memory(dict(oom, returncode=0))
