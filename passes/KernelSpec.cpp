@@ -535,7 +535,11 @@ private:
                         {"name", "arith.constant"},
                         {"operands", json::Array()}};
     Attribute value = constant.getValue();
-    if (std::optional<json::Value> number = scalarJson(value)) {
+    auto shaped = dyn_cast<ShapedType>(constant.getType());
+    if (shaped && shaped.hasStaticShape() && shaped.getNumElements() == 0) {
+      // an empty tensor (a cache before its first entry), whatever its attribute holds
+      record["data"] = json::Array();
+    } else if (std::optional<json::Value> number = scalarJson(value)) {
       record["splat"] = std::move(*number);
     } else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
       Type element = dense.getElementType();
