@@ -24,7 +24,7 @@ def smoke_run(tmp_path_factory, repo_root):
     pytest.importorskip("matplotlib")
     out = tmp_path_factory.mktemp("bench")
     proc = _kforge(repo_root, "bench", *WORKLOADS, "--target", "cpu", "--smoke", "--baselines",
-                   "eager", "--precision", "strict", "--out", str(out),
+                   "eager", "--precision", "strict,bf16", "--out", str(out),
                    "--checkpoint", str(out / "partial" / "run.json"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, json.loads((out / "bench.json").read_text())
@@ -65,11 +65,11 @@ def test_checkpoint_holds_every_workload_and_merges(smoke_run, repo_root, tmp_pa
 
 def test_json_fields(smoke_run):
     _, doc = smoke_run
-    assert doc["schema"] == "kforge.bench" and doc["version"] == 1
+    assert doc["schema"] == "kforge.bench" and doc["version"] == 2
     env = doc["environment"]
     for key in ("hardware", "date", "torch", "triton", "python"):
         assert env[key], key
-    assert doc["config"]["precisions"] == ["strict"] and doc["config"]["scale"] == "smoke"
+    assert doc["config"]["precisions"] == ["strict", "bf16"] and doc["config"]["scale"] == "smoke"
     assert doc["peaks"]["source"] in ("table", "measured") and doc["peaks"]["details"]
     assert [w["name"] for w in doc["workloads"]] == WORKLOADS
     for w in doc["workloads"]:
@@ -81,15 +81,32 @@ def test_json_fields(smoke_run):
         assert compiled["name"] == "torch.compile" and compiled["status"] == "skipped"
         assert compiled["reason"]
         assert w["best_baseline"] == "eager"
-        (policy,) = w["policies"]
+        policy, bf16 = w["policies"]
         assert policy["precision"] == "strict" and policy["atol"] == policy["rtol"] == 1e-4
         assert policy["floor_ms"] > 0
         assert policy["kforge"]["status"] in ("ok", "mismatch", "failed", "skipped")
         if policy["kforge"]["status"] != "ok":
             assert policy["kforge"]["reason"]
+        # matched routes: strict's are the fp32 baselines; bf16's eager routes ran and were
+        # checked at 1e-2, the compile routes are recorded as not requested
+        assert [r["name"] for r in policy["routes"]] == ["eager", "torch.compile"]
+        assert policy["matched_best"] == "eager"
+        routes = {r["name"]: r for r in bf16["routes"]}
+        assert bf16["precision"] == "bf16" and len(routes) == 4
+        for name in ("eager[bf16 model]", "eager[autocast bf16]"):
+            assert routes[name]["status"] in ("ok", "mismatch") and routes[name]["timing"]
+            assert routes[name]["max_abs_err"] is not None
+        assert routes["torch.compile[bf16 model]"]["status"] == "skipped"
+        ok = [r for r in routes.values() if r["status"] == "ok"]
+        if ok:
+            assert bf16["matched_best"] == min(ok, key=lambda r: r["timing"]["median_ms"])["name"]
+        else:
+            assert bf16["matched_best"] == "eager" and bf16["matched_fallback"]
     assert doc["workloads"][0]["flops"] > 0            # the GEMM is counted
     summary = doc["summary"]["strict"]["all"]
     assert summary["workloads"] == 2 and set(summary["fast_p"]) == {"1", "1.5", "2", "4"}
+    assert doc["config"]["matched_routes"]["bf16"]["eager[autocast bf16]"]
+    assert "cudnn" in doc["config"]["baseline_note"]
 
 
 def _compile_stage_missing() -> str | None:
@@ -123,6 +140,12 @@ def test_kforge_package_verified_and_timed(smoke_run):
     for r in results:
         k = r["kforge"]
         assert k["status"] == "ok", k["reason"]
+        # strict: the fp32-grade contract against the float64 model, and KernelBench's rule
+        c = r["strict_contract"]
+        assert c["passes"] is True, c
+        assert c["kforge_max_err_vs_f64"] <= 2 * c["eager_fp32_max_err_vs_f64"] + 1e-6
+        assert k["allclose"] is True
+        assert r["speedup_matched"] == r["speedup"]      # strict's matched routes are fp32
         assert k["info"]["regions_total"] >= 1          # it went through the package runtime
         assert k["max_abs_err"] is not None and k["compile_s"] > 0
         assert k["timing"]["median_ms"] > 0

@@ -104,7 +104,7 @@ def test_markdown_json_png_and_merge(tmp_path):
     assert merged["summary"]["strict"]["all"]["geomean_speedup"] == pytest.approx(1.0)
     paths = report.write_all(merged, tmp_path)
     doc = json.loads(paths["json"].read_text())
-    assert doc["schema"] == "kforge.bench" and doc["version"] == 1
+    assert doc["schema"] == "kforge.bench" and doc["version"] == report.VERSION == 2
     md = paths["md"].read_text()
     assert "| strict | all | 2 | 2 | 0 | 1.00x | 0.50 |" in md
     assert "time budget exhausted" in md
