@@ -26,7 +26,7 @@
 #   PREP_S       no tuning or precompile job starts after this many seconds (default 200); what
 #                is left is done by the timed run itself (tuning) or measured there (compile)
 #   COMPILE_JOBS torch.compile pre-pass processes (default 8)
-#   BASELINES    eager,compile (default); BASELINE_PRECISION as-written (default) | matched
+#   BASELINES    eager,compile (default); BASELINE_PRECISION matched (default: the PyTorch route at each policy's precision, docs/bench.md) | as-written
 #   EXTRA        more `kforge bench` arguments
 #   TARGET       cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script without a GPU
 #   KFORGE_SOURCE_COMMIT  the commit of the tree sent (the device copy's git metadata can be
@@ -106,7 +106,7 @@ for ((g = 0; g < NGPU; g++)); do
       # shellcheck disable=SC2086
       CUDA_VISIBLE_DEVICES=$g "$PY" -m kforge.cli bench ${WORKLOADS:-} --target "$TARGET" \
         --precision "$PRECISION" "${PKG_ARGS[@]}" --baselines "$BASELINES" \
-        --baseline-precision "${BASELINE_PRECISION:-as-written}" \
+        --baseline-precision "${BASELINE_PRECISION:-matched}" \
         --shard "$s/$SHARDS" --deadline "$DEADLINE" --out "$WORK/shard$s" --checkpoint "$OUT/partial/shard$s.json" \
         "${COMPILE_ARGS[@]}" ${EXTRA:-} \
         > "$LOGS/shard$s.log" 2>&1

@@ -101,6 +101,7 @@ def test_coarse_split_passes_the_rms_rule_but_not_the_contract(spec):
     record = verify_candidate(spec, kernel_source("bf16"), "cpu", "strict")
     assert record.status == "rejected" and record.reason == "mismatch", record.message
     assert "strict contract" in record.message and "PyTorch's own fp32 error" in record.message
+    assert record.fp32_error_ratio > 2.0
     # under tf32 (no contract) the same kernel is well inside the policy's tolerance
     assert verify_candidate(spec, kernel_source("bf16"), "cpu", "tf32").verified
 
@@ -109,6 +110,7 @@ def test_coarse_split_passes_the_rms_rule_but_not_the_contract(spec):
 def test_fp32_grade_splits_still_verify(spec, split):
     record = verify_candidate(spec, kernel_source(split), "cpu", "strict")
     assert record.status == "verified", record.message
+    assert 0 < record.fp32_error_ratio <= 2.0          # recorded: the contract's margin
 
 
 def test_contract_bound_is_relative_to_fp32s_error():

@@ -130,6 +130,9 @@ class VerificationRecord:
     checks: int = 0
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    # strict: the largest ratio, over checks and results, of the candidate's error against
+    # float64 to PyTorch's own fp32 error (kforge.verify.contract allows 2)
+    fp32_error_ratio: float | None = None
     time_ms: float | None = None         # median, when timing was asked for
     time_noise: float | None = None      # relative spread of the timing samples
     time_lo_ms: float | None = None      # 20th and 80th percentiles of the samples
@@ -321,6 +324,7 @@ class _Comparison:
     message: str = ""
     max_abs: float = 0.0
     max_rel: float = 0.0
+    fp32_ratio: float | None = None      # strict contract: error / fp32's error, the largest
 
 
 def _index_text(flat: int, shape: Sequence[int]) -> str:
@@ -357,6 +361,7 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
         return _Comparison(False, f"launch returned {len(outs)} results; the region has "
                            f"{len(refs)}")
     max_abs = max_rel = 0.0
+    ratio = None
     for k, (out, ref, rsig) in enumerate(zip(outs, refs, sig.results)):
         want_shape = rsig.concrete(size)
         want_dtype = TORCH_DTYPES[rsig.dtype]
@@ -387,6 +392,8 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
         e32 = fp32_errors[k] if fp32_errors and k < len(fp32_errors) else None
         if e32 is not None:
             c = contract.check(out, ref, e32, dtype=want_dtype)
+            if c.ratio is not None:
+                ratio = max(ratio or 0.0, c.ratio)
             if not c.ok:
                 msg = (f"{label} {list(want_shape)}: {c.bad} of {out.numel()} elements are "
                        f"farther from the float64 result than the strict contract allows: "
@@ -398,8 +405,8 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
                        "fp32's. Accumulate in fp32 at least as carefully as PyTorch does "
                        "(no low-precision partial sums, no lossy reassociation of a "
                        "cancelling reduction)")
-                return _Comparison(False, msg, max_abs, max_rel)
-    return _Comparison(True, "", max_abs, max_rel)
+                return _Comparison(False, msg, max_abs, max_rel, ratio)
+    return _Comparison(True, "", max_abs, max_rel, ratio)
 
 
 def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Comparison:
@@ -606,6 +613,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
             return record("rejected", "crash", f"{run.describe_exit()} {where}{detail}",
                           **common)
         max_abs = max_rel = 0.0
+        ratio = None
         for entry in result["checks"]:
             i = entry["index"]
             c = checks[i]
@@ -628,6 +636,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                                     device, region, f"comparing check {i + 1}")
             del outs
             max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
+            if cmp.fp32_ratio is not None:
+                ratio = max(ratio or 0.0, cmp.fp32_ratio)
             if not cmp.ok:
                 kind = "mismatch"
                 if "has shape" in cmp.message or "has dtype" in cmp.message or \
@@ -638,7 +648,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               + f", inputs {c.domain}): {cmp.message}"
                               + (f" [{c.tol_scale:g} of the {policy.name} tolerance: the margin "
                                  "on unit-scale inputs]" if c.tol_scale < 1 else ""), **common,
-                              max_abs_err=cmp.max_abs, max_rel_err=cmp.max_rel)
+                              max_abs_err=cmp.max_abs, max_rel_err=cmp.max_rel,
+                              fp32_error_ratio=ratio)
         err = result.get("error")
         if err:
             where = f" (check {err['check'] + 1})" if "check" in err else \
@@ -660,6 +671,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               + cmp.message, **common)
             time_ms, noise, lo, hi = _timing_stats(timing["samples_ms"])
         return record("verified", "", "", max_abs_err=max_abs, max_rel_err=max_rel,
+                      fp32_error_ratio=ratio,
                       time_ms=time_ms, time_noise=noise, time_lo_ms=lo, time_hi_ms=hi,
                       **common)
     finally:
