@@ -30,6 +30,8 @@ from torch import nn
 from transformers import GptOssConfig, GptOssForCausalLM
 from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
+from kforge.moe_op import register_transformers_experts
+
 # Size table, selected by KFORGE_ZOO_SIZE:
 #   "small" (default) — CI on a 2-core CPU under the Triton interpreter: 2 layers (sliding,
 #                       full), hidden 64, 4 query heads / 2 KV heads of 16, 4 experts top-2,
@@ -56,14 +58,6 @@ SIZES = {
 EXPERTS_IMPLEMENTATION = os.environ.get("KFORGE_ZOO_EXPERTS", "kforge_grouped")
 
 
-def _grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights):
-    import kforge.moe_op  # noqa: F401 - registers torch.ops.kforge.moe_experts
-    return torch.ops.kforge.moe_experts(
-        hidden_states, top_k_index, top_k_weights.to(hidden_states.dtype), self.gate_up_proj,
-        self.gate_up_proj_bias, self.down_proj, self.down_proj_bias, "gpt_oss",
-        float(self.alpha), float(self.limit))
-
-
 def _dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """GptOssExperts forward over all experts. hidden_states [T, H]; top_k_index / top_k_weights
     [T, K]. Weights are stored transposed: gate_up_proj [E, H, 2I] (gate/up interleaved),
@@ -85,7 +79,7 @@ def _dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
 
 
 ALL_EXPERTS_FUNCTIONS["dense_all_experts"] = _dense_experts_forward
-ALL_EXPERTS_FUNCTIONS["kforge_grouped"] = _grouped_experts_forward
+register_transformers_experts()          # "kforge_grouped"
 
 
 def _size(size=None):

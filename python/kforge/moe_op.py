@@ -80,4 +80,28 @@ def _moe_experts_fake(x, index, weight, w1, b1, w2, b2, activation, alpha, limit
     return x.new_empty((x.shape[0], w2.shape[-1]))
 
 
-__all__ = ["ACTIVATIONS", "activate", "moe_experts_reference", "route"]
+TRANSFORMERS_EXPERTS = "kforge_grouped"
+
+
+def register_transformers_experts(name: str = TRANSFORMERS_EXPERTS) -> str:
+    """Makes `experts_implementation=name` in a transformers config run a MoE model's experts as
+    this op (so KForge compiles them to its grouped kernel). gpt-oss's experts (transposed,
+    interleaved gate/up, biases, clamped SwiGLU) are supported. Returns the name."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+    ALL_EXPERTS_FUNCTIONS[name] = _transformers_experts_forward
+    return name
+
+
+def _transformers_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    if not all(hasattr(self, a) for a in ("gate_up_proj", "gate_up_proj_bias", "down_proj",
+                                           "down_proj_bias", "alpha", "limit")):
+        raise NotImplementedError(f"kforge's experts implementation supports gpt-oss's experts, "
+                                  f"not {type(self).__name__}")
+    return torch.ops.kforge.moe_experts(
+        hidden_states, top_k_index, top_k_weights.to(hidden_states.dtype), self.gate_up_proj,
+        self.gate_up_proj_bias, self.down_proj, self.down_proj_bias, "gpt_oss",
+        float(self.alpha), float(self.limit))
+
+
+__all__ = ["ACTIVATIONS", "activate", "moe_experts_reference", "route",
+           "register_transformers_experts", "TRANSFORMERS_EXPERTS"]
