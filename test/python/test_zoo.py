@@ -79,3 +79,26 @@ def test_zoo_llama_through_torch_compile_backend(tmp_path, kforge_opt, monkeypat
     assert kd.records[0].kernels == kd.records[0].regions > 0
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["llama3_8b", "gpt_oss_20b"])
+def test_zoo_llm_decode_step_against_a_kv_cache(name, tmp_path, kforge_opt, monkeypatch):
+    """One decode step (input_ids [B, 1] and every layer's cached keys and values as inputs,
+    kforge.bench.llm) compiles, runs and matches eager; gpt-oss's experts stay on the grouped
+    kernel with few tokens per expert."""
+    from kforge.build import compile_model
+    from kforge.runtime import eager_outputs, load_model_file, load_package
+    from kforge.synth import SynthOptions
+    monkeypatch.setenv("KFORGE_ZOO_SIZE", "small")
+    monkeypatch.setenv("KFORGE_LLM_PHASE", "decode")
+    path = ZOO / f"{name}.py"
+    doc = compile_model(path, tmp_path / "pkg", SynthOptions(target="cpu", rounds=0))
+    assert all(r["status"] == "verified" for r in doc["regions"]), doc["regions"]
+    assert any(r.get("root_kind") == "moe" for r in doc["regions"]) == (name == "gpt_oss_20b")
+    compiled = load_package(tmp_path / "pkg")
+    _, inputs = load_model_file(path, with_model=False, seed=5)
+    assert inputs[0].shape[1] == 1 and len(inputs) == 1 + 2 * 2      # 2 layers, k and v
+    got = compiled(*inputs)
+    want = eager_outputs(compiled.package, inputs)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
