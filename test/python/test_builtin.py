@@ -21,7 +21,8 @@ TOL = {"strict": 1e-4, "tf32": 1e-2, "bf16": 1e-2}
 GENERATED = ["matmul_bias_relu", "softmax", "log_softmax", "layer_norm", "conv2d_bias",
              "gelu_erf", "gelu_tanh", "causal_mask", "bmm_scale_softmax",
              "linear_gelu_layer_norm_softmax", "sum_middle", "group_norm", "attention",
-             "group_norm_silu_row_mean", "conv2d_pad_relu"]
+             "group_norm_silu_row_mean", "conv2d_pad_relu", "matvec_bias_relu",
+             "conv2d_pad_1x1"]
 NOT_GENERATED = ["argmax_rows"]      # first index of the max: a combiner with no template
 
 

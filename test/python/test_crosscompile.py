@@ -34,6 +34,21 @@ def test_builtin_gemm_compiles_to_wgmma_for_sm90(policy, monkeypatch):
     assert all(r.registers and r.spill_stores is not None for r in reports)
 
 
+@pytest.mark.parametrize("name", ["matvec_bias_relu", "conv2d_pad_1x1"])
+def test_gemm_tiles_whose_address_skips_a_tile_axis_compile(name, monkeypatch):
+    """An N = 1 product stores a [BLOCK_M, BLOCK_N] tile at an address that follows rm alone,
+    a padded 1x1 image loads at rm alone under a K mask: Triton 3.9 refuses a pointer of
+    another shape than the value ("Expected pointer argument to have shape ..."), so the
+    builtin broadcasts the pointer; every configuration of every policy compiles."""
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")
+    spec = load_spec(SPECS / f"{name}.json")
+    for policy in ("strict", "tf32", "bf16"):
+        for cand in candidates(spec, "cuda", policy):
+            reports = _compile(spec, cand)
+            assert reports and all(r.ok for r in reports), (policy, cand.config,
+                                                            [r.error[-300:] for r in reports])
+
+
 def test_rows_kernel_compiles_and_a_broken_source_is_reported():
     spec = load_spec(SPECS / "layer_norm.json")
     reports = _compile(spec, candidates(spec, "cuda", "strict")[0])

@@ -97,6 +97,8 @@ class Val:
 class KVar:
     name: str
     mask: str | None                # in-bounds condition, None when always in bounds
+    shape: tuple[str, ...] = ()     # the block it spans, "1" on the other axes: rm is
+                                    # ("BLOCK_M", "1"); () for a scalar (a program id)
 
 
 class Scope:
@@ -198,6 +200,35 @@ class Emitter:
             return None
         return " & ".join(masks) if len(masks) == 1 else " & ".join(f"({m})" for m in masks)
 
+    def tile_of(self, names) -> str | None:
+        """The block that values over the kernel variables `names` broadcast to
+        ("[BLOCK_M, BLOCK_N]"), None when they are all scalars."""
+        shapes = [self.kvars[v].shape for v in sorted(names)
+                  if v in self.kvars and self.kvars[v].shape]
+        if not shapes:
+            return None
+        tile = ["1"] * max(len(t) for t in shapes)
+        for t in shapes:
+            for axis, size in enumerate(t):
+                if size != "1" and tile[axis] not in ("1", size):
+                    raise CannotGenerate(f"kernel variables {sorted(names)} span {tile[axis]} "
+                                         f"and {size} on one axis")
+                if size != "1":
+                    tile[axis] = size
+        return f"[{', '.join(tile)}]"
+
+    def address(self, ptr: str, offset: ix.Index, over) -> str:
+        """`ptr + offset` as a block over the kernel variables `over` (those of the offset, the
+        mask and, for a store, the value). Triton takes a load's mask and a store's value in
+        the pointer's shape (3.3 refuses to broadcast them to it, 3.9 checks it), so an offset
+        that does not vary along one of their axes (the column of an N = 1 product, a padded
+        read of a 1x1 image) is broadcast explicitly."""
+        addr = f"{ptr} + {ix.render(offset)}" if offset != ix.ZERO else ptr
+        tile = self.tile_of(over)
+        if tile is not None and tile != self.tile_of(ix.variables(offset)):
+            addr = f"tl.broadcast_to({addr}, {tile})"
+        return addr
+
     def define(self, scope: Scope, deps, code: str, dtype: str, comment: str = "",
                stem: str = "x") -> Val:
         target = self.placement(scope, deps)
@@ -275,6 +306,7 @@ class Emitter:
         for i in index:
             deps |= ix.variables(i)
         mask = self.mask_of(deps)
+        over = ix.variables(offset) | {v for v in deps if v in self.kvars and self.kvars[v].mask}
         ptr = self.pointers[name]
         other = ", other=0.0" if t.dtype.startswith(("f", "b")) else ", other=0"
         loads = []
@@ -283,8 +315,7 @@ class Emitter:
         if name in self.planes:      # a weight stored as [hi, lo] planes by prepare_weights
             offset = ix.add(offset, ix.const(self.plane * plane))
         for s in range(splits):     # split-K partial products are summed on the way in
-            off = ix.add(offset, ix.const(s * plane))
-            addr = f"{ptr} + {ix.render(off)}" if off != ix.ZERO else ptr
+            addr = self.address(ptr, ix.add(offset, ix.const(s * plane)), over)
             loads.append(f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})")
         code = " + ".join(loads)
         val = self.define(scope, deps, code, t.dtype, stem="x")

@@ -26,6 +26,8 @@ from kforge.providers.builtin.emitter import (TL_DTYPES, TORCH_DTYPES, CannotGen
 from kforge.reference import recognize_contraction
 from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp, affine_dims
 
+# the blocks a rows kernel's variables span (rows: [BLOCK_R, 1], cols: [1, BLOCK_C])
+ROW, COL = ("BLOCK_R", "1"), ("1", "BLOCK_C")
 
 # ---------------------------------------------------------------------------------------------
 # Region analysis
@@ -270,12 +272,18 @@ class _Builder:
         return k
 
     def store(self, scope: Scope, em: Emitter, out: str, ptr: str, index: tuple, val: Val):
-        shape = self.spec.tensor(out).shape
-        offset = ix.ravel(index, shape)
-        deps = ix.variables(offset)
-        mask = em.mask_of(deps)
-        addr = f"{ptr} + {ix.render(offset)}" if offset != ix.ZERO else ptr
-        scope.emit(f"tl.store({addr}, {val.code}" + (f", mask={mask})" if mask else ")"))
+        store_tile(scope, em, ptr, ix.ravel(index, self.spec.tensor(out).shape), val)
+
+
+def store_tile(scope: Scope, em: Emitter, ptr: str, offset: ix.Index, val: Val) -> None:
+    """Store `val` at `ptr + offset`, masked to the kernel variables of both: a value that
+    varies along a variable the offset does not (an N = 1 product's [BLOCK_M, BLOCK_N] tile
+    stored at rm alone) is stored once, from its in-bounds elements, through a pointer
+    broadcast to its block."""
+    over = ix.variables(offset) | {v for v in val.deps if v in em.kvars}
+    mask = em.mask_of(over)
+    addr = em.address(ptr, offset, over)
+    scope.emit(f"tl.store({addr}, {val.code}" + (f", mask={mask})" if mask else ")"))
 
 
 def _ops_comment(spec: KernelSpec, em: Emitter | None = None) -> str:
@@ -295,7 +303,7 @@ def _emit_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) 
     numel = math.prod(spec.tensor(outputs[0]).shape)
     BLOCK = config["BLOCK"]
     mask = "mask" if numel % BLOCK else None
-    kvars = {"offs": KVar("offs", mask)}
+    kvars = {"offs": KVar("offs", mask, ("BLOCK",))}
     em = b.emitter(kvars)
     root = Scope(None, binds={"offs"})
     em.root = root
@@ -346,7 +354,7 @@ def _emit_rows(b: _Builder, outputs: list[str], rows: int, cols: int, config: di
     looped = BC < cols
     row_mask = "row_mask" if rows % BR else None
     col_mask = "col_mask" if (looped or cols % BC) else None
-    kvars = {"rows": KVar("rows", row_mask), "cols": KVar("cols", col_mask)}
+    kvars = {"rows": KVar("rows", row_mask, ROW), "cols": KVar("cols", col_mask, COL)}
     columns = ColumnSpace("cols", cols, "[BLOCK_R, BLOCK_C]", "BLOCK_C", looped)
     em = b.emitter(kvars, columns)
     root = Scope(None, binds={"rows"} if looped else {"rows", "cols"})
@@ -523,7 +531,7 @@ def _emit_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, sc
     BR = max(1, min(2048 // BC, 1 << (rows - 1).bit_length()))
     row_mask = "row_mask" if rows % BR else None
     col_mask = "col_mask" if K % BC else None
-    kvars = {"rows": KVar("rows", row_mask), "cols": KVar("cols", col_mask)}
+    kvars = {"rows": KVar("rows", row_mask, ROW), "cols": KVar("cols", col_mask, COL)}
     em = b.emitter(kvars)
     root = Scope(None, binds={"rows"})
     em.root = root
@@ -614,11 +622,11 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     BM, BN, BK = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     if fuse_rows and BN < N:
         raise CannotGenerate("fused row reductions need BLOCK_N >= N")
-    kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None),
-             "rn": KVar("rn", "rn < %d" % N if N % BN else None),
+    kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
+             "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", "BLOCK_N")),
              "batch": KVar("batch", None),
-             "ka": KVar("ka", "ka < %d" % K if K % (BK * split_k) else None),
-             "kb": KVar("kb", "kb < %d" % K if K % (BK * split_k) else None)}
+             "ka": KVar("ka", "ka < %d" % K if K % (BK * split_k) else None, ("1", "BLOCK_K")),
+             "kb": KVar("kb", "kb < %d" % K if K % (BK * split_k) else None, ("BLOCK_K", "1"))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
     em = b.emitter(kvars, columns)
     root = Scope(None, binds={"rm", "rn", "batch"})
@@ -648,11 +656,11 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     row_a, col_b = mvar, nvar
     if M % BM:
         root.emit(f"rm_a = rm % {M}")
-        kvars["rm_a"] = KVar("rm_a", None)
+        kvars["rm_a"] = KVar("rm_a", None, kvars["rm"].shape)
         row_a = ix.IVar("rm_a")
     if N % BN:
         root.emit(f"rn_b = rn % {N}")
-        kvars["rn_b"] = KVar("rn_b", None)
+        kvars["rn_b"] = KVar("rn_b", None, kvars["rn"].shape)
         col_b = ix.IVar("rn_b")
     root.binds |= {"rm_a", "rn_b"}
     p_a = {d: p_out[d] for d in con.batch}
@@ -747,9 +755,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
         ws = f"{vc}_tmp"
         plane = batch * M * N
         offset = ix.ravel(tile_index, spec.tensor(vc).shape)
-        mask = em.mask_of(ix.variables(offset))
-        root.emit(f"tl.store({ws} + pid_k * {plane} + {ix.render(offset)}, acc"
-                  + (f", mask={mask})" if mask else ")"))
+        store_tile(root, em, f"{ws} + pid_k * {plane}", offset, Val("acc", tile_deps, acc_dtype))
         b.finish(em, name, [], {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
                                 "GROUP_M": config["GROUP_M"]}, root.lines,
                  _gemm_grid(M, N, BM, BN, batch if con.batch else None, split_k),
