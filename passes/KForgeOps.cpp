@@ -141,8 +141,27 @@ LogicalResult FusionRegionOp::verify() {
 // KernelOp
 //===----------------------------------------------------------------------===//
 
+static constexpr llvm::StringLiteral kTargetBackends[] = {"cuda", "xpu", "cpu"};
+
+ArrayRef<llvm::StringLiteral> KernelOp::targetBackends() { return kTargetBackends; }
+
+std::string KernelOp::targetBackendsText() {
+  return llvm::join(llvm::map_range(kTargetBackends,
+                                    [](llvm::StringLiteral s) { return s.str(); }),
+                    ", ");
+}
+
+StringRef KernelOp::targetBackend(StringRef target) { return target.split(':').first; }
+
 bool KernelOp::isValidTarget(StringRef target) {
-  return target == "cuda" || target == "xpu" || target == "cpu";
+  auto [backend, arch] = target.split(':');
+  if (!llvm::is_contained(kTargetBackends, backend))
+    return false;
+  if (!target.contains(':'))
+    return true;
+  return !arch.empty() && llvm::all_of(arch, [](char c) {
+    return llvm::isAlnum(c) || c == '_';
+  });
 }
 
 static bool isRegionHash(StringRef hash) {
@@ -153,8 +172,8 @@ static bool isRegionHash(StringRef hash) {
 
 LogicalResult KernelOp::verify() {
   if (!isValidTarget(getTarget()))
-    return emitOpError("target must be one of cuda, xpu, cpu; got '")
-           << getTarget() << "'";
+    return emitOpError("target must be BACKEND or BACKEND:ARCH with BACKEND one of ")
+           << targetBackendsText() << "; got '" << getTarget() << "'";
   if (!isRegionHash(getRegionHash()))
     return emitOpError("region hash must be 16 lowercase hex digits; got '")
            << getRegionHash() << "'";

@@ -138,8 +138,9 @@ struct LinkKernelsPass
         return entryFail("field 'symbol' must be an identifier");
       std::optional<StringRef> kernelTarget = entry->getString("target");
       if (!kernelTarget || !KernelOp::isValidTarget(*kernelTarget))
-        return entryFail("field 'target' must be one of cuda, xpu, cpu");
-      if (!target.empty() && *kernelTarget != target)
+        return entryFail("field 'target' must be BACKEND or BACKEND:ARCH with BACKEND one "
+                         "of " + KernelOp::targetBackendsText());
+      if (!linksTarget(*kernelTarget))
         continue;
       const json::Value *launch = entry->get("launch");
       if (launch && !launch->getAsObject())
@@ -162,10 +163,26 @@ struct LinkKernelsPass
     return success();
   }
 
+  /// The `target` option selects a kernel's target: `cuda` any cuda kernel, `cuda:sm_90`
+  /// that architecture (and kernels recorded without one); empty: every kernel.
+  bool linksTarget(StringRef kernelTarget) const {
+    if (target.empty() || kernelTarget == target)
+      return true;
+    if (KernelOp::targetBackend(kernelTarget) != KernelOp::targetBackend(target))
+      return false;
+    return !StringRef(target).contains(':') || !kernelTarget.contains(':');
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     llvm::StringMap<ManifestKernel> kernels;
     lastDecl = nullptr;
+    if (!target.empty() && !KernelOp::isValidTarget(target)) {
+      emitError(module.getLoc()) << "kforge-link-kernels: option target='" << target
+                                 << "' must be BACKEND or BACKEND:ARCH with BACKEND one of "
+                                 << KernelOp::targetBackendsText();
+      return signalPassFailure();
+    }
     if (failed(readManifest(module.getLoc(), kernels)))
       return signalPassFailure();
 

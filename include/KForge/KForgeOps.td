@@ -68,7 +68,8 @@ def KForge_KernelOp : KForge_Op<"kernel", [
   let summary = "Declares a verified kernel for a fusion region.";
   let description = [{
     A module-level declaration of a kernel that KForge synthesized for the region whose content
-    hash is `region_hash` and verified on `target` (`cuda`, `xpu` or `cpu`). `launch` holds the
+    hash is `region_hash` and verified on `target`: a backend (`cuda`, `xpu` or `cpu`),
+    optionally at an architecture (`cuda:sm_90`, `xpu:pvc`). `launch` holds the
     launch data (grid, warps, stages, tuning config); `verification` the verification record,
     whose `status` must be `"verified"`: only verified kernels are ever declared.
 
@@ -90,7 +91,16 @@ def KForge_KernelOp : KForge_Op<"kernel", [
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    /// `BACKEND` or `BACKEND:ARCH`, BACKEND one of targetBackends() and ARCH a name of
+    /// letters, digits and `_` (`cuda:sm_90`, `xpu:pvc`).
     static bool isValidTarget(::llvm::StringRef target);
+    /// The backends KForge compiles for: the one list the verifier, the link pass and their
+    /// diagnostics use (Python's is kforge.targets).
+    static ::llvm::ArrayRef<::llvm::StringLiteral> targetBackends();
+    /// "cuda, xpu, cpu", for diagnostics.
+    static std::string targetBackendsText();
+    /// The backend of a target: "cuda" for "cuda:sm_90".
+    static ::llvm::StringRef targetBackend(::llvm::StringRef target);
   }];
 }
 

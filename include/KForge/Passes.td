@@ -187,7 +187,9 @@ def KForgeLinkKernels : Pass<"kforge-link-kernels", "::mlir::ModuleOp"> {
     Option<"emitFuncCalls", "emit-func-calls", "bool", /*default=*/"false",
            "Emit func.call of external func.func declarations instead of kforge ops">,
     Option<"target", "target", "std::string", /*default=*/"\"\"",
-           "Only link kernels for this target (cuda, xpu, cpu); empty: any">,
+           "Only link kernels for this target: cuda, xpu or cpu (any architecture), or "
+           "BACKEND:ARCH (cuda:sm_90: that architecture and kernels recorded without one); "
+           "empty: any">,
     Option<"hostPlan", "host-plan", "std::string", /*default=*/"\"\"",
            "Also write the linked module's host plan (JSON) to this path: the program a "
            "runtime executes, kernel calls as `kernel` steps">,

@@ -58,8 +58,26 @@ func.func @yield_outside_region(%arg0: tensor<4xf32>) {
 
 // -----
 
-// expected-error @+1 {{target must be one of cuda, xpu, cpu; got 'tpu'}}
+// expected-error @+1 {{target must be BACKEND or BACKEND:ARCH with BACKEND one of cuda, xpu, cpu; got 'tpu'}}
 kforge.kernel @k : (tensor<4xf32>) -> tensor<4xf32> target "tpu" hash "0123456789abcdef"
+    launch {} verification {status = "verified"}
+
+// -----
+
+// expected-error @+1 {{target must be BACKEND or BACKEND:ARCH with BACKEND one of cuda, xpu, cpu; got 'tpu:v5'}}
+kforge.kernel @k : (tensor<4xf32>) -> tensor<4xf32> target "tpu:v5" hash "0123456789abcdef"
+    launch {} verification {status = "verified"}
+
+// -----
+
+// expected-error @+1 {{got 'cuda:'}}
+kforge.kernel @k : (tensor<4xf32>) -> tensor<4xf32> target "cuda:" hash "0123456789abcdef"
+    launch {} verification {status = "verified"}
+
+// -----
+
+// expected-error @+1 {{got 'xpu:p v c'}}
+kforge.kernel @k : (tensor<4xf32>) -> tensor<4xf32> target "xpu:p v c" hash "0123456789abcdef"
     launch {} verification {status = "verified"}
 
 // -----

@@ -47,6 +47,12 @@ kforge.kernel @kforge_kernel_3f9a0c1d2e4b5a69_cuda : (tensor<4x8xf32>, tensor<8x
     launch {grid = [1, 1, 1], num_warps = 4 : i64}
     verification {status = "verified", max_abs_err = 3.1e-06 : f64}
 
+// A target may name its architecture.
+// CHECK: kforge.kernel @kforge_kernel_3f9a0c1d2e4b5a69_sm90 : {{.*}} target "cuda:sm_90" hash "3f9a0c1d2e4b5a69"
+kforge.kernel @kforge_kernel_3f9a0c1d2e4b5a69_sm90 : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    target "cuda:sm_90" hash "3f9a0c1d2e4b5a69"
+    launch {} verification {status = "verified"}
+
 // CHECK-LABEL: func.func @call
 func.func @call(%arg0: tensor<4x8xf32>, %arg1: tensor<8x16xf32>) -> tensor<4x16xf32> {
   // CHECK: %[[C:.*]] = kforge.custom_call @kforge_kernel_3f9a0c1d2e4b5a69_cuda(%arg0, %arg1) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>

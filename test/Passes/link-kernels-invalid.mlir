@@ -18,7 +18,7 @@
 // VERSION: error: kforge-link-kernels: manifest '{{.*}}future-version.json': field 'version' must be 1 (this kforge-opt reads manifest version 1)
 // SYMBOL: error: kforge-link-kernels: manifest '{{.*}}no-symbol.json': kernels["00000000000000aa"]: field 'symbol' must be an identifier
 // KEY: error: kforge-link-kernels: manifest '{{.*}}bad-key.json': kernels["xyz"]: the key must be a region hash of 16 lowercase hex digits
-// TARGET: error: kforge-link-kernels: manifest '{{.*}}bad-target.json': kernels["00000000000000aa"]: field 'target' must be one of cuda, xpu, cpu
+// TARGET: error: kforge-link-kernels: manifest '{{.*}}bad-target.json': kernels["00000000000000aa"]: field 'target' must be BACKEND or BACKEND:ARCH with BACKEND one of cuda, xpu, cpu
 // VERIFICATION: error: kforge-link-kernels: manifest '{{.*}}no-verification.json': kernels["00000000000000aa"]: field 'verification' must be an object
 // CLASH: link-kernels-invalid.mlir:[[@LINE+5]]:{{[0-9]+}}: error: kforge-link-kernels: kernel symbol @kforge_kernel_00000000000000aa_cuda for region 00000000000000aa clashes with an existing symbol of another kind or type
 
