@@ -56,20 +56,16 @@ def test_example_compiles_runs_and_matches_eager(example, tmp_path):
 
 def test_second_compile_is_served_from_cache(tmp_path):
     example = REPO / "examples" / "mlp_gelu.py"
-    t0 = time.monotonic()
     kforge("compile", example, "-o", tmp_path / "a", "--target", "cpu", "--rounds", "1",
            cache=tmp_path / "cache")
-    first = time.monotonic() - t0
     first_synth = json.loads((tmp_path / "a" / "report.json").read_text())["stages"]["synth"]
-    t0 = time.monotonic()
     kforge("compile", example, "-o", tmp_path / "b", "--target", "cpu", "--rounds", "1",
            "--cache-only", cache=tmp_path / "cache")
-    second = time.monotonic() - t0
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     s = report["summary"]
     assert s["from_cache"] == s["verified"] == s["regions"]
+    # synthesis is what the cache saves (import, regions and the aten programs' check rerun)
     assert report["stages"]["synth"] < first_synth / 5
-    assert second < first
     # a different policy is a different cache key: --cache-only must refuse it
     miss = kforge("compile", example, "-o", tmp_path / "c", "--target", "cpu", "--precision",
                   "tf32", "--cache-only", cache=tmp_path / "cache", check=False)
