@@ -3,10 +3,13 @@
     PKG/
       package.json          what was compiled, for which target and policy; model and weights
       model.py              a copy of the model source (for `kforge run --check` and kforge.load)
-      model.mlir            the imported linalg IR;  model.safetensors: its weights
+      model.mlir            the imported linalg IR (locations name their FX nodes);
+                            model.safetensors: its weights; model.fx.json: the aten graph
       model.linked.mlir     regions replaced by custom calls of verified kernels (kforge-opt)
       regions/              <hash>.json + <hash>.mlir per region, host_plan.json, outlined.mlir,
-                            <hash>/log.jsonl (every candidate and its verification)
+                            <hash>/log.jsonl (every candidate and its verification),
+                            <hash>.aten.json + aten.json (the regions' aten programs,
+                            kforge.aten_regions)
       kernels/<hash>/kernel.py   the chosen kernel of each region
       manifest.json         per region: kernel, launch config, verification record, time
       report.json, report.md
