@@ -15,11 +15,9 @@ Sizes (KFORGE_ZOO_SIZE): "small" (CI, the Triton interpreter: 2 layers, 8 expert
 window 8) and "real" (the GPU: the 20b geometry and vocabulary, 4 layers; prefill batch 8 x 2048
 tokens, decode batch 64 against 2048 cached tokens).
 """
-import torch
-from torch import nn
 from transformers import GptOssConfig, GptOssForCausalLM
 
-from kforge.bench.llm import decode_step, llm_inputs, llm_shape
+from kforge.bench.llm import LLMWorkload, llm_inputs, llm_shape
 from kforge.moe_op import register_transformers_experts
 
 SIZES = {
@@ -34,22 +32,16 @@ SIZES = {
 }
 
 
-class Model(nn.Module):
+class Model(LLMWorkload):
     def __init__(self, size=None):
-        super().__init__()
         shape = llm_shape(SIZES, size)
-        self.phase = shape.phase
+        super().__init__(shape.phase)
         self.config = GptOssConfig(
             **shape.config, attention_bias=True, attention_dropout=0.0, rms_norm_eps=1e-5,
             swiglu_limit=7.0, tie_word_embeddings=False, output_router_logits=False,
             use_cache=self.phase == "decode", attn_implementation="eager",
             experts_implementation=register_transformers_experts())
         self.model = GptOssForCausalLM(self.config).eval()
-
-    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor) -> torch.Tensor:
-        if self.phase == "prefill":
-            return self.model(input_ids=input_ids, use_cache=False, return_dict=True).logits
-        return decode_step(self.model, self.config, input_ids, past)
 
 
 def get_inputs():

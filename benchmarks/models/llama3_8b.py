@@ -12,11 +12,9 @@ Sizes (KFORGE_ZOO_SIZE): "small" (CI, the Triton interpreter) and "real" (the GP
 geometry with Llama-3's vocabulary of 128256, 4 layers; prefill batch 8 x 2048 tokens, decode
 batch 64 against 2048 cached tokens).
 """
-import torch
-from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from kforge.bench.llm import decode_step, llm_inputs, llm_shape
+from kforge.bench.llm import LLMWorkload, llm_inputs, llm_shape
 
 SIZES = {
     "small": dict(vocab_size=256, hidden_size=64, intermediate_size=224, num_hidden_layers=2,
@@ -28,11 +26,10 @@ SIZES = {
 }
 
 
-class Model(nn.Module):
+class Model(LLMWorkload):
     def __init__(self, size=None):
-        super().__init__()
         shape = llm_shape(SIZES, size)
-        self.phase = shape.phase
+        super().__init__(shape.phase)
         self.config = LlamaConfig(
             **shape.config, hidden_act="silu", rms_norm_eps=1e-5,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
@@ -40,11 +37,6 @@ class Model(nn.Module):
             attention_dropout=0.0, bos_token_id=None, eos_token_id=None, pad_token_id=None,
             use_cache=self.phase == "decode", attn_implementation="sdpa")
         self.model = LlamaForCausalLM(self.config).eval()
-
-    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor) -> torch.Tensor:
-        if self.phase == "prefill":
-            return self.model(input_ids=input_ids, use_cache=False, return_dict=True).logits
-        return decode_step(self.model, self.config, input_ids, past)
 
 
 def get_inputs():

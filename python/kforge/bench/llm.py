@@ -93,8 +93,23 @@ def decode_step(model, config, input_ids: torch.Tensor, past) -> torch.Tensor:
                  return_dict=True).logits
 
 
+class LLMWorkload(torch.nn.Module):
+    """A transformers causal LM as a prefill or decode workload: a subclass sets `self.config`
+    and `self.model` after calling __init__ with the phase."""
+
+    def __init__(self, phase: str):
+        super().__init__()
+        self.phase = phase
+
+    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor) -> torch.Tensor:
+        if self.phase == "prefill":
+            return self.model(input_ids=input_ids, use_cache=False, return_dict=True).logits
+        return decode_step(self.model, self.config, input_ids, past)
+
+
 def tokens_per_call(shape: LLMShape) -> int:
     return shape.batch * shape.seq
 
 
-__all__ = ["LLMShape", "PHASES", "llm_shape", "llm_inputs", "decode_step", "tokens_per_call"]
+__all__ = ["LLMShape", "LLMWorkload", "PHASES", "llm_shape", "llm_inputs", "decode_step",
+           "tokens_per_call"]

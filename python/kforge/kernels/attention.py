@@ -77,7 +77,8 @@ MASK_KINDS = {None: 0, "bool": 1, "additive": 2}
 MASKED_ROWS = ("zero", "nan")
 LOG2E = 1.4426950408889634
 
-_KERNEL = '''
+# a @ b for every precision scheme; the MoE kernels use it too (kforge.kernels.moe)
+MMA_SOURCE = '''
 @triton.jit
 def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
     """a @ b with fp32 accumulation; PREC "" = 16-bit operands (tensor cores)."""
@@ -88,7 +89,9 @@ def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
     else:
         c = tl.dot(a, b, input_precision=PREC)
     return c
+'''
 
+_KERNEL = MMA_SOURCE + '''
 
 @triton.jit
 def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,

@@ -34,22 +34,13 @@ from __future__ import annotations
 
 import textwrap
 
+from kforge.kernels.attention import MMA_SOURCE
+
 ACTIVATIONS = {"gpt_oss": 0, "swiglu": 1}
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 DOT_PRECISIONS = ("ieee", "tf32", "bf16")
 
-_KERNELS = '''
-@triton.jit
-def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
-    """a @ b with fp32 accumulation; PREC "" = the operands' own tensor cores."""
-    if INTERP:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    elif PREC == "":
-        c = tl.dot(a, b)
-    else:
-        c = tl.dot(a, b, input_precision=PREC)
-    return c
-
+_KERNELS = MMA_SOURCE + '''
 
 @triton.jit
 def _moe_route(INDEX, COUNTS, OFFSETS, SORTED, NPAIRS, BLOCK_P: tl.constexpr):
@@ -91,20 +82,27 @@ def _tile_of(COUNTS, OFFSETS, pid_m, E, BLOCK_M: tl.constexpr, BLOCK_E: tl.const
 
 
 @triton.jit
+def _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    """This program's expert (-1: none), its rows' positions in expert order (offset + rows),
+    which of them exist, and their (token, k) pair ids."""
+    e, row0, count, offset = _tile_of(COUNTS, OFFSETS, tl.program_id(0), E, BLOCK_M, BLOCK_E)
+    rows = row0 + tl.arange(0, BLOCK_M)
+    row_ok = rows < count
+    pairs = tl.load(SORTED + offset + rows, mask=row_ok, other=0)
+    return e, (offset + rows).to(tl.int64), row_ok, pairs.to(tl.int64)
+
+
+@triton.jit
 def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER,
             sxt, sxh, swe, swk, swn, sbe, sbn,
             K: tl.constexpr, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
             BLOCK_E: tl.constexpr, PREC: tl.constexpr, LOWP: tl.constexpr,
             INTERP: tl.constexpr):
-    pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    e, row0, count, offset = _tile_of(COUNTS, OFFSETS, pid_m, E, BLOCK_M, BLOCK_E)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
     if e >= 0:
-        rows = row0 + tl.arange(0, BLOCK_M)
-        row_ok = rows < count
-        pairs = tl.load(SORTED + offset + rows, mask=row_ok, other=0)
-        tok = (pairs // K).to(tl.int64)
+        tok = pairs // K
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < INTER
         if ACT == 0:
@@ -140,7 +138,7 @@ def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER,
             h = (u + 1.0) * (g * tl.sigmoid(g * ALPHA))
         else:
             h = g * tl.sigmoid(g) * u
-        dst = H1 + (offset + rows).to(tl.int64)[:, None] * INTER + cols[None, :]
+        dst = H1 + h_rows[:, None] * INTER + cols[None, :]
         tl.store(dst, h, mask=row_ok[:, None] & col_ok[None, :])
 
 
@@ -150,18 +148,13 @@ def _moe_down(H1, W2, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, HID, INTER,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               BLOCK_E: tl.constexpr, PREC: tl.constexpr, LOWP: tl.constexpr,
               W16: tl.constexpr, INTERP: tl.constexpr):
-    pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    e, row0, count, offset = _tile_of(COUNTS, OFFSETS, pid_m, E, BLOCK_M, BLOCK_E)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
     if e >= 0:
-        rows = row0 + tl.arange(0, BLOCK_M)
-        row_ok = rows < count
-        pairs = tl.load(SORTED + offset + rows, mask=row_ok, other=0).to(tl.int64)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < HID
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         w_base = W2 + e.to(tl.int64) * swe
-        h_rows = (offset + rows).to(tl.int64)
         for k0 in range(0, INTER, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < INTER

@@ -18,8 +18,10 @@ from __future__ import annotations
 from kforge.kernel_fallbacks import ATTENTION, SINK_ATTENTION, attention_parameters
 from kforge.providers.builtin.emitter import CannotGenerate
 
-_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
-_SCHEMES = {
+# MLIR element types the generators take, and each policy's precision schemes, in order (the
+# MoE kernels share both: providers/builtin/moe.py)
+OPERAND_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+PRECISION_SCHEMES = {
     "strict": [{"dot_precision": "ieee", "fp32_dot": "tf32x3"},
                {"dot_precision": "ieee", "fp32_dot": "ieee"}],
     "tf32": [{"dot_precision": "tf32"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
@@ -46,7 +48,7 @@ def _options(spec, target) -> dict:
         raise CannotGenerate("attention: only static 4-d q/k/v are supported")
     if float(p["dropout_p"] or 0.0) != 0.0:
         raise CannotGenerate("attention with dropout")
-    dtype = _DTYPES.get(q.dtype)
+    dtype = OPERAND_DTYPES.get(q.dtype)
     if dtype is None or any(a.dtype != q.dtype for a in spec.args[1:3]):
         raise CannotGenerate(f"attention on {q.dtype} operands")
     b, hq, sq, d = q.shape
@@ -67,7 +69,7 @@ def _options(spec, target) -> dict:
         m = spec.args[p["attn_mask"]]
         if len(m.shape) > 4:
             raise CannotGenerate("attention: mask of rank > 4")
-        mask = "bool" if m.dtype == "i1" else "additive" if m.dtype in _DTYPES else None
+        mask = "bool" if m.dtype == "i1" else "additive" if m.dtype in OPERAND_DTYPES else None
         if mask is None:
             raise CannotGenerate(f"attention: {m.dtype} mask")
     from kforge.kernels.attention import HEAD_DIMS
@@ -75,7 +77,7 @@ def _options(spec, target) -> dict:
         raise CannotGenerate(f"attention: head dim {d}")
     sinks = p["sinks"] is not None
     if sinks and (spec.args[p["sinks"]].shape != (hq,) or spec.args[p["sinks"]].dtype
-                  not in _DTYPES):
+                  not in OPERAND_DTYPES):
         raise CannotGenerate("attention: sinks must be one float per query head")
     return {"head_dim": d, "causal": bool(p["is_causal"]), "scale": p["scale"], "mask": mask,
             "gqa_group": group, "dtype": dtype, "interpret": target.name == "cpu",
@@ -86,7 +88,7 @@ def attention_space(spec, target, precision: str) -> list[dict]:
     from kforge.kernels.attention import attention_configs
     opts = _options(spec, target)
     where = "cpu" if target.name == "cpu" else "cuda"
-    schemes = _SCHEMES.get(precision, _SCHEMES["strict"])
+    schemes = PRECISION_SCHEMES.get(precision, PRECISION_SCHEMES["strict"])
     space = []
     for scheme in schemes:
         tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],

@@ -16,16 +16,8 @@ A 16-bit model multiplies on its own tensor cores under every policy.
 from __future__ import annotations
 
 from kforge.kernel_fallbacks import MOE
+from kforge.providers.builtin.attention import OPERAND_DTYPES, PRECISION_SCHEMES
 from kforge.providers.builtin.emitter import CannotGenerate
-
-_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
-_SCHEMES = {
-    "strict": [{"dot_precision": "ieee", "fp32_dot": "tf32x3"},
-               {"dot_precision": "ieee", "fp32_dot": "ieee"}],
-    "tf32": [{"dot_precision": "tf32"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
-    "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
-}
-
 
 def is_moe(spec) -> bool:
     return getattr(spec, "root_kind", "") == "moe" and len(spec.ops) == 1 and \
@@ -43,7 +35,7 @@ def _options(spec, target) -> dict:
     x, index, _, w1, _, w2, _ = spec.args
     if any(s is None for a in spec.args for s in a.shape):
         raise CannotGenerate("moe: only static shapes are supported")
-    dtype = _DTYPES.get(x.dtype)
+    dtype = OPERAND_DTYPES.get(x.dtype)
     if dtype is None or any(a.dtype != x.dtype for a in (w1, w2)):
         raise CannotGenerate(f"moe on {x.dtype} operands")
     if index.dtype not in ("i64", "i32"):
@@ -59,7 +51,7 @@ def moe_space(spec, target, precision: str) -> list[dict]:
     where = "cpu" if target.name == "cpu" else "cuda"
     rows_per_expert = opts["_rows"] // max(1, opts["num_experts"])
     space = []
-    for scheme in _SCHEMES.get(precision, _SCHEMES["strict"]):
+    for scheme in PRECISION_SCHEMES.get(precision, PRECISION_SCHEMES["strict"]):
         for tile in moe_configs(opts["dtype"], where, rows=rows_per_expert):
             space.append({**tile, **scheme})
     return space
