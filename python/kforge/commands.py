@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 from kforge.errors import UserError
+from kforge.targets import target_names
 
-TARGETS = ("cuda", "xpu", "cpu")
+TARGETS = target_names()            # the registered backends: cuda, xpu, cpu
 PROVIDERS = ("builtin", "anthropic", "openai")
 PRECISIONS = ("strict", "tf32", "bf16")
 
@@ -318,9 +319,9 @@ def register(subparsers) -> None:
     p.add_argument("--check", action="store_true",
                    help="compare with eager PyTorch (the package's model.py) and print the max "
                         "error; exit status 1 if outside the precision policy")
-    p.add_argument("--target", choices=TARGETS, default=None,
-                   help="run on another device than the package's target (only kernels "
-                        "verified for it are used)")
+    p.add_argument("--target", type=target_arg, default=None, metavar="BACKEND[:ARCH]",
+                   help="run on another device than the package's target, optionally at an "
+                        "architecture (cuda:sm_80): only kernels verified for it are used")
     p.add_argument("--tune", action="store_true",
                    help="first verify candidate kernels here, as `kforge tune PKG` does (this "
                         "writes to the package); without it the package is only read")

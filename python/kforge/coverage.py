@@ -66,7 +66,9 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
     import torch
 
     device = compiled.device
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    # torch.cuda / torch.xpu: the device module of the tensors' device type
+    sync = ((lambda: getattr(torch, device.type).synchronize(device)) if device.type != "cpu"
+            else (lambda: None))
     times: dict = {}
     for _ in range(max(1, repeats)):
         by_home = defaultdict(float)

@@ -566,7 +566,8 @@ def _build(gm, plan: _GraphPlan, record: GraphRecord, opts: dict, args: list):
     if target not in TARGETS:
         raise UserError(f"its tensors are on {devices[0]}, which KForge has no target for "
                         f"(targets: {', '.join(TARGETS)})")
-    if {"cpu": "cpu", "cuda": "cuda", "xpu": "xpu"}[target] != devices[0]:
+    from kforge.targets import get_target
+    if get_target(target).device != devices[0]:
         raise UserError(f"target {target!r}, but the graph's tensors are on {devices[0]}")
     if target == "cpu":
         _require_interpreter()

@@ -82,7 +82,9 @@ class PreparedKernel:
 
 
 def default_device(target: str) -> str:
-    return {"cpu": "cpu", "cuda": "cuda", "xpu": "xpu"}.get(target, "cpu")
+    """The torch device a target's kernels run on (cpu for a name no target has)."""
+    from kforge.targets import get_target, target_names
+    return get_target(target).device if target.partition(":")[0] in target_names() else "cpu"
 
 
 def usable_kernels(package: Package, target: str) -> dict[str, dict]:

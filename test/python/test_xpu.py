@@ -40,6 +40,34 @@ def test_targets_are_backend_and_arch():
         get_target("hip:gfx942")
 
 
+def test_bench_and_verifier_ask_the_targets(capsys, tmp_path, monkeypatch):
+    """Availability, timers and peak tables come from the target objects; --target takes
+    BACKEND[:ARCH] in `kforge run` and `kforge bench` as in `kforge compile`."""
+    from kforge.bench import roofline, timing
+    from kforge.cli import build_parser, main
+    from kforge.verify import device_name, target_available
+    a100 = roofline.table_peaks("cuda:sm_80")
+    assert (a100.bf16_tflops, a100.source) == (312, "table") and "A100" in a100.details
+    assert roofline.table_peaks("cpu") == roofline.DESIGN_H200
+    assert isinstance(timing.timer_for("cpu"), timing.CpuTimer)
+    with pytest.raises(UserError, match="no timer for xpu:bmg"):
+        timing.timer_for("xpu:bmg")
+    assert target_available("cpu") and not target_available("tpu")
+    monkeypatch.setenv("KFORGE_CUDA_ARCH", "sm_90")          # restored after the test
+    args = build_parser().parse_args(["run", "PKG", "--target", "cuda:sm_80"])
+    assert args.target == "cuda" and os.environ["KFORGE_CUDA_ARCH"] == "sm_80"
+    for argv in (["run", "PKG", "--target", "hip:gfx942"],
+                 ["bench", "gemm_bias_relu", "--target", "cuda:sm_00", "--out", str(tmp_path)]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    err = capsys.readouterr().err
+    assert "unknown target 'hip:gfx942'" in err and "unknown architecture 'sm_00'" in err
+    if not get_target("xpu").available():
+        assert not target_available("xpu") and device_name("xpu") == "xpu"
+        assert main(["bench", "gemm_bias_relu", "--target", "xpu", "--out", str(tmp_path)]) == 2
+        assert "--target xpu: no xpu device visible to PyTorch here" in capsys.readouterr().err
+
+
 def test_unmakeable_environment_is_a_clear_error(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -46,9 +46,8 @@ class Contender:
 
 
 def _sync(target: str):
-    if target == "cuda":
-        import torch
-        torch.cuda.synchronize()
+    from kforge.targets import get_target
+    get_target(target).synchronize()
 
 
 def eager(model) -> Contender:

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from kforge.commands import target_arg
 from kforge.errors import UserError
 
 POLICIES = ("strict", "tf32", "bf16")
@@ -21,8 +22,10 @@ def register(subparsers) -> None:
     p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                    help="workload names, glob patterns (gemm_*), files or folders "
                         "(default: every file in benchmarks/workloads)")
-    p.add_argument("--target", choices=("cuda", "cpu"), default=None,
-                   help="device to run on (default: cuda when available, else cpu)")
+    p.add_argument("--target", type=target_arg, default=None, metavar="BACKEND[:ARCH]",
+                   help="device to run on: cuda[:sm_90|sm_80] or cpu (the Triton interpreter); "
+                        "default: the GPU here, else cpu. The architecture picks the kernels' "
+                        "configurations and the --peaks table")
     p.add_argument("--precision", default="strict",
                    help="precision policy, or several comma-separated: strict,tf32,bf16 "
                         "(baselines are measured once and shared)")
@@ -121,11 +124,13 @@ def run_bench(args) -> int:
         # KForge kernels run in the Triton interpreter, which must be chosen before triton is
         # first imported (torch imports it lazily, e.g. for FlopCounterMode).
         os.environ["TRITON_INTERPRET"] = "1"
-    import torch
-    target = args.target or ("cuda" if torch.cuda.is_available() else "cpu")
-    if target == "cuda" and not torch.cuda.is_available():
-        raise UserError("--target cuda: no CUDA device visible to PyTorch; use --target cpu")
-    if target == "cpu":
+    from kforge.targets import get_target, local_target
+    tgt = get_target(args.target) if args.target else local_target()
+    target = tgt.name
+    if not tgt.available():
+        raise UserError(f"--target {tgt.name}: no {tgt.name} device visible to PyTorch here "
+                        f"(a ROCm build's GPUs are not cuda devices); use --target cpu")
+    if tgt.interpreter:
         if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
             raise UserError("--target cpu: triton was imported in this process before "
                             "TRITON_INTERPRET=1 was set, so its kernels cannot run in the "
@@ -144,20 +149,22 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
     from kforge.bench import report, roofline, timing
     from kforge.bench.runner import BenchConfig, Runner
 
+    from kforge.targets import get_target
     start = time.time()
-    timer = (timing.CudaTimer(rep_ms=args.rep_ms, min_reps=args.min_reps) if target == "cuda"
-             else timing.CpuTimer())
+    tgt = get_target(target)
+    timer = timing.timer_for(tgt, rep_ms=args.rep_ms, min_reps=args.min_reps)
     notes = []
-    peaks_mode = args.peaks or ("measure" if target == "cuda" else "table")
+    peaks_mode = args.peaks or ("table" if tgt.interpreter else "measure")
     if peaks_mode == "measure":
         try:
-            peaks = roofline.measure_peaks(target, timer)
+            peaks = roofline.measure_peaks(tgt, timer)
         except Exception as exc:
-            peaks = roofline.DESIGN_H200
-            notes.append(f"peak measurement failed ({type(exc).__name__}: {exc}); DESIGN.md table used")
+            peaks = roofline.table_peaks(tgt)
+            notes.append(f"peak measurement failed ({type(exc).__name__}: {exc}); the "
+                         f"{tgt.label} table used")
     else:
-        peaks = roofline.DESIGN_H200
-        if target == "cpu":
+        peaks = roofline.table_peaks(tgt)
+        if tgt.interpreter:
             notes.append("CPU run: roofline fractions use the H200 table and only exercise the "
                          "pipeline; times are the Triton interpreter's")
     print(f"peaks ({peaks.source}): fp32 {peaks.fp32_tflops:.1f}, tf32 {peaks.tf32_tflops:.1f}, "
@@ -198,9 +205,11 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
 
 def _config_json(args, config, target, precisions, baselines, shard, start) -> dict:
     from kforge.bench import routes
+    from kforge.targets import get_target
 
     cfg_json = {
-        "target": target, "precisions": list(precisions), "scale": config.scale,
+        "target": target, "target_arch": get_target(target).label,
+        "precisions": list(precisions), "scale": config.scale,
         "baselines": list(baselines), "provider": args.provider, "shard": shard,
         "compile_mode": args.compile_mode or "default",
         "compile_times": ("torch.compile compile times: cold, measured by a parallel pre-pass "
@@ -226,8 +235,7 @@ def _config_json(args, config, target, precisions, baselines, shard, start) -> d
         "argv": sys.argv[1:],
         "wall_s": round(time.time() - start, 1),
     }
-    cfg_json["timing_method"] = (
-        "triton.testing.do_bench: CUDA events per run, 256 MB L2-flush write before each run, "
-        f"warm-up first, median of >= {args.min_reps} runs" if target == "cuda" else
-        "host clock (time.perf_counter), one warm-up, cache-flush write before each run, median of 5 runs")
+    from kforge.bench import timing
+    cfg_json["timing_method"] = timing.timer_for(
+        target, rep_ms=args.rep_ms, min_reps=args.min_reps).describe()
     return cfg_json

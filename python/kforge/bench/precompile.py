@@ -27,22 +27,22 @@ def compile_one(name: str, path: Path, out: Path, scale: str, mode: str | None) 
     """In this process: build the workload on the GPU and time torch.compile's first call."""
     import torch
 
+    from kforge.targets import local_target
     wl = wl_mod.Workload(name, path)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, inputs = wl.instantiate(scale, device)
+    target = local_target()
+    model, inputs = wl.instantiate(scale, target.device)
     t0 = time.perf_counter()
     status, reason = "ok", ""
     try:
         compiled = torch.compile(model, mode=mode)
         with torch.no_grad():
             compiled(*inputs)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        target.synchronize()
     except Exception as exc:  # recorded; the timed run reports its own failure
         status, reason = "failed", f"{type(exc).__name__}: {exc}"[:400]
     record = {"workload": name, "status": status, "reason": reason, "scale": scale,
               "compile_s": round(time.perf_counter() - t0, 3), "mode": mode or "default",
-              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+              "device": "cpu" if target.interpreter else target.device_name()}
     (out / f"{name}.json").write_text(json.dumps(record) + "\n")
     return record
 

@@ -38,18 +38,11 @@ def environment(target: str) -> dict:
         env["triton"] = triton.__version__
     except ImportError:
         env["triton"] = None
-    if target == "cuda" and torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        env["hardware"] = torch.cuda.get_device_name(0)
-        env["gpu"] = {"name": props.name, "sms": props.multi_processor_count,
-                      "memory_gib": round(props.total_memory / 2 ** 30, 1),
-                      "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda}
-        try:
-            env["gpu"]["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
-        except Exception:
-            pass
+    from kforge.targets import get_target
+    tgt = get_target(target)
+    if not tgt.interpreter and tgt.available():
+        env["hardware"] = tgt.device_name()
+        env["gpu"] = tgt.device_info()      # name, compute units, memory, driver (nvidia-smi)
     else:
         env["hardware"] = f"{platform.processor() or platform.machine()} CPU (Triton interpreter)"
     env["git_commit"] = git_output("rev-parse", "HEAD") or None

@@ -65,12 +65,28 @@ def _known(policy: str) -> str:
     return policy
 
 
-def measure_peaks(target: str, timer) -> Peaks:
-    """Measure copy bandwidth and matrix-product rates on this machine with PyTorch."""
+def table_peaks(target) -> Peaks:
+    """The peaks a target's architecture lists (kforge.targets: measured for cuda:sm_90,
+    datasheets otherwise); the H200's for the interpreter, whose own are nominal."""
+    from kforge.targets import get_target
+    tgt = get_target(target)
+    if tgt.interpreter:
+        return DESIGN_H200
+    a = tgt.arch_info
+    return Peaks(fp32_tflops=a.peaks.fp32 / 1e12, tf32_tflops=a.peaks.tf32 / 1e12,
+                 bf16_tflops=a.peaks.bf16 / 1e12, bandwidth_tbs=a.peaks.bytes_per_s / 1e12,
+                 source="table", details=f"{tgt.label} table ({a.device}): {a.source}")
+
+
+def measure_peaks(target, timer) -> Peaks:
+    """Measure copy bandwidth and matrix-product rates on this machine with PyTorch, on the
+    target's device (a name or kforge.targets.Target)."""
     import torch
 
-    if target == "cuda":
-        dev, n, copy_elems = "cuda", 8192, 1 << 28          # 1 GiB of fp32 per copy buffer
+    from kforge.targets import get_target
+    tgt = get_target(target)
+    if not tgt.interpreter:
+        dev, n, copy_elems = tgt.device, 8192, 1 << 28      # 1 GiB of fp32 per copy buffer
     else:
         dev, n, copy_elems = "cpu", 1024, 1 << 24           # small: the CPU peaks are context only
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -94,9 +110,10 @@ def measure_peaks(target: str, timer) -> Peaks:
         return flops / (ms * 1e-3) / 1e12
 
     fp32 = rate(a, b, False)
-    tf32 = rate(a, b, True) if target == "cuda" else fp32
+    # torch.backends.cuda.matmul.allow_tf32 is the switch for CUDA devices only
+    tf32 = rate(a, b, True) if dev == "cuda" else fp32
     bf16 = rate(a.bfloat16(), b.bfloat16(), False)
-    name = torch.cuda.get_device_name() if target == "cuda" else "cpu"
+    name = tgt.device_name() if not tgt.interpreter else "cpu"
     return Peaks(fp32_tflops=fp32, tf32_tflops=tf32, bf16_tflops=bf16, bandwidth_tbs=bandwidth,
                  source="measured",
                  details=(f"measured on {name}: device copy of {copy_elems * 4 >> 20} MiB "

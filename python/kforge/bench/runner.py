@@ -31,7 +31,7 @@ CHECK_SEEDS = (1000, 1001)
 
 @dataclass(frozen=True)
 class BenchConfig:
-    target: str                        # cuda | cpu
+    target: str                        # a backend: cuda | xpu | cpu
     precisions: tuple[str, ...]        # policies to run KForge under
     scale: str                         # full | smoke
     baselines: tuple[str, ...]         # subset of ("eager", "compile")
@@ -147,7 +147,9 @@ def _within(out, ref, atol, rtol, scaled: bool) -> bool:
 class Runner:
     def __init__(self, config: BenchConfig, timer, peaks: roofline.Peaks, log=print):
         self.config, self.timer, self.peaks, self.log = config, timer, peaks, log
-        self.device = "cuda" if config.target == "cuda" else "cpu"
+        from kforge.targets import get_target
+        self.target = get_target(config.target)
+        self.device = self.target.device          # the torch device the workloads run on
         self._current: str | None = None
 
     def run(self, workloads: list[Workload], on_result=None) -> list[WorkloadResult]:
@@ -182,8 +184,7 @@ class Runner:
             torch._dynamo.reset()
         except Exception:
             pass
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
+        self.target.empty_cache()
 
     def _float64_references(self, model, checks):
         """The outputs of a float64 copy of the model on every check's inputs (float inputs
@@ -205,8 +206,7 @@ class Runner:
             return f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
         finally:
             model64 = None
-            if self.device == "cuda":
-                torch.cuda.empty_cache()
+            self.target.empty_cache()
 
     def _fresh_references(self, wl: Workload, model):
         import torch
@@ -393,8 +393,7 @@ class Runner:
             t0 = time.perf_counter()
             with torch.no_grad():
                 c.fn(*inputs)
-            if self.device == "cuda":
-                torch.cuda.synchronize()
+            self.target.synchronize()
             kr.info["first_call_s"] = time.perf_counter() - t0
             kr.compile_s = (kr.compile_s or 0.0) + kr.info["first_call_s"]
             f64 = self._float64_references(model, checks) if policy == "strict" else None

@@ -38,6 +38,10 @@ class CudaTimer:
                  max_rep_ms: float = 3000.0):
         self.warmup_ms, self.rep_ms, self.min_reps, self.max_rep_ms = warmup_ms, rep_ms, min_reps, max_rep_ms
 
+    def describe(self) -> str:
+        return ("triton.testing.do_bench: CUDA events per run, 256 MB L2-flush write before "
+                f"each run, warm-up first, median of >= {self.min_reps} runs")
+
     def measure(self, fn: Callable[[], object]) -> Timing:
         import torch
         import triton.testing
@@ -89,6 +93,10 @@ class CpuTimer:
         self.reps, self.warmup = reps, warmup
         self._flush = None
 
+    def describe(self) -> str:
+        return (f"host clock (time.perf_counter), {self.warmup} warm-up, cache-flush write "
+                f"before each run, median of {self.reps} runs")
+
     def measure(self, fn: Callable[[], object]) -> Timing:
         import torch
 
@@ -105,9 +113,19 @@ class CpuTimer:
         return Timing.from_samples(samples, "time.perf_counter (host clock), cache flush per run")
 
 
-def timer_for(target: str, **kwargs):
-    if target == "cuda":
-        return CudaTimer(**kwargs)
-    if target == "cpu":
-        return CpuTimer(**kwargs)
-    raise ValueError(f"no timer for target {target!r} (cuda or cpu)")
+_TIMERS = {"cuda": CudaTimer}       # device timers by backend; the interpreter: CpuTimer
+
+
+def timer_for(target, **device_kwargs):
+    """The timer for a target (name or kforge.targets.Target): CudaTimer on cuda (device
+    keywords: warmup_ms, rep_ms, min_reps), CpuTimer for the Triton interpreter. xpu has none:
+    no Intel GPU was here to check one against."""
+    from kforge.errors import UserError
+    from kforge.targets import get_target
+    tgt = get_target(target)
+    if tgt.interpreter:
+        return CpuTimer()
+    if tgt.name not in _TIMERS:
+        raise UserError(f"kforge bench has no timer for {tgt.label} (timed here: "
+                        f"{', '.join(_TIMERS)}, and cpu through the interpreter)")
+    return _TIMERS[tgt.name](**device_kwargs)

@@ -39,10 +39,21 @@ def target_names() -> tuple[str, ...]:
     return tuple(_TARGETS)
 
 
+def local_target() -> Target:
+    """The first device target whose device is here (cuda, then xpu), else cpu (the
+    interpreter): what runs when the user names none."""
+    for name in _TARGETS:
+        target = get_target(name)
+        if not target.interpreter and target.available():
+            return target
+    return get_target("cpu")
+
+
 def split_target(name: str) -> tuple[str, str | None]:
     """("xpu", "bmg") for "xpu:bmg" after checking both; ("xpu", None) for "xpu"."""
     target = get_target(name)
     return target.name, (target.arch if ":" in str(name) else None)
 
 
-__all__ = ["Arch", "Target", "Peaks", "get_target", "split_target", "target_names"]
+__all__ = ["Arch", "Target", "Peaks", "get_target", "local_target", "split_target",
+           "target_names"]

@@ -110,6 +110,13 @@ class Target:
         """The device's own name where it is here, else the architecture's assumed device."""
         return self.arch_info.device
 
+    def device_info(self) -> dict:
+        """What a benchmark report records about the device here ({} where it is absent)."""
+        return {}
+
+    def empty_cache(self) -> None:
+        """Give the caching allocator's free blocks back (between benchmarks, after OOMs)."""
+
     # -- cross-compiling ------------------------------------------------------------------
     def can_cross_compile(self) -> bool:
         """Kernels can be compiled here for this target's architecture (no device needed)."""

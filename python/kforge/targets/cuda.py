@@ -122,6 +122,29 @@ class CudaTarget(Target):
         import torch
         return torch.cuda.get_device_name() if self.available() else self.arch_info.device
 
+    def device_info(self) -> dict:
+        if not self.available():
+            return {}
+        import subprocess
+
+        import torch
+        props = torch.cuda.get_device_properties(0)
+        info = {"name": props.name, "sms": props.multi_processor_count,
+                "memory_gib": round(props.total_memory / 2 ** 30, 1),
+                "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda}
+        try:
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        except Exception:   # noqa: BLE001 - informational
+            pass
+        return info
+
+    def empty_cache(self) -> None:
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def can_cross_compile(self) -> bool:
         try:
             import triton.backends.nvidia.compiler  # noqa: F401

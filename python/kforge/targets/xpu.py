@@ -100,6 +100,20 @@ class XpuTarget(Target):
         import torch
         return torch.xpu.get_device_name() if self.available() else self.arch_info.device
 
+    def device_info(self) -> dict:
+        if not self.available():
+            return {}
+        import torch
+        props = torch.xpu.get_device_properties(0)
+        return {"name": props.name, "compute_units": getattr(props, "gpu_subslice_count", None),
+                "memory_gib": round(props.total_memory / 2 ** 30, 1),
+                "driver": getattr(props, "driver_version", None)}
+
+    def empty_cache(self) -> None:
+        if self.available():
+            import torch
+            torch.xpu.empty_cache()
+
     def time_ms(self, fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> float:
         import triton.testing
         return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))

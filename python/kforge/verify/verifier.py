@@ -178,24 +178,16 @@ def target_name(target) -> str:
 
 
 def target_available(name: str) -> bool:
-    """Can kernels for this target run on this machine?"""
-    if name == "cpu":
-        return True
-    if name == "cuda":
-        return torch.cuda.is_available()
-    if name == "xpu":
-        return bool(getattr(torch, "xpu", None)) and torch.xpu.is_available()
-    return False
+    """Can kernels for this target run on this machine? (Target.available: a ROCm build's
+    "cuda" devices are not NVIDIA GPUs.)"""
+    from kforge.targets import get_target, target_names
+    return name.partition(":")[0] in target_names() and get_target(name).available()
 
 
 def device_name(name: str) -> str:
-    if name == "cpu":
-        return "Triton interpreter (cpu)"
-    if name == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name()
-    if name == "xpu" and target_available("xpu"):
-        return torch.xpu.get_device_name()
-    return name
+    """The device a target's kernels run on here, or the target's name where it is absent."""
+    from kforge.targets import get_target
+    return get_target(name).device_name() if target_available(name) else name
 
 
 def _triton_version() -> str:

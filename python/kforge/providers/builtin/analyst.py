@@ -21,9 +21,11 @@ import json
 import math
 
 from kforge.profiling.schema import KernelFacts, Profile, Source, Timing
+from kforge.targets.cuda import CudaTarget
 
-SMS = 132                       # H200: where a target does not say (Target.compute_units)
-_SHARED_LIMIT = 227 * 1024      # Hopper: 227 KiB of shared memory per block
+# where a target does not say (Target.compute_units, Arch.shared_bytes): the H200's
+SMS = CudaTarget.archs["sm_90"].compute_units
+_SHARED_LIMIT = CudaTarget.archs["sm_90"].shared_bytes
 _REG_BUDGET = 255               # registers per thread
 
 
@@ -105,6 +107,12 @@ def _acc_regs(c: dict) -> float:
 def compute_units(target) -> int:
     units = getattr(target, "compute_units", None)
     return units if isinstance(units, int) and units > 0 else SMS
+
+
+def shared_limit(target) -> int:
+    """Shared memory (SLM on Intel) a block may use on the target's architecture."""
+    info = getattr(target, "arch_info", None)
+    return getattr(info, "shared_bytes", None) or _SHARED_LIMIT
 
 
 def tile_model(shape, c: dict, sms: int = SMS) -> dict:
@@ -256,10 +264,11 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
                 prof.target == "cuda" and "ptx" in k.asm:
             found.append((0.5, f"[no tensor cores] no wgmma/mma in {k.name}'s PTX: BLOCK_M a "
                                "multiple of 64 and 4 or 8 warps let tl.dot use wgmma"))
-        if k.shared_bytes and k.shared_bytes > 0.9 * _SHARED_LIMIT and \
+        limit = shared_limit(target)
+        if k.shared_bytes and k.shared_bytes > 0.9 * limit and \
                 config.get("num_stages", 1) > 2:
             found.append((1.0, f"[shared memory] {k.shared_bytes} bytes of shared memory "
-                               f"({k.shared_bytes / _SHARED_LIMIT:.0%} of 227 KiB): one "
+                               f"({k.shared_bytes / limit:.0%} of {limit // 1024} KiB): one "
                                "pipeline stage less"))
             c = _nearest(space, config, num_stages=config["num_stages"] - 1)
             if c:
