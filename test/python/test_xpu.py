@@ -111,6 +111,19 @@ def test_gemm_tiles_whose_address_skips_a_tile_axis_compile(xpu_ready, name, mon
                    if r.name.endswith("_gemm") and c.config.get("input_precision") != "tf32x3")
 
 
+def test_profile_of_an_xpu_candidate_reads_its_spirv(xpu_ready, monkeypatch):
+    """Without the device, a profile compiles the candidate for the target as cuda's does
+    (Target.cross_compile), so the analyst sees DPAS; no counters, no timing."""
+    from kforge.profiling.collect import collect_profile
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")
+    spec = load_spec(SPECS / "matmul_bias_relu.json")
+    cand = candidates(spec, "xpu", "bf16")[0]
+    prof = collect_profile(spec, cand, None, "xpu", "bf16")
+    assert prof.sources["compile"].present, prof.sources["compile"].detail
+    assert "xpu:pvc" in prof.sources["compile"].detail
+    assert prof.main_kernel().dpas and prof.sources["ncu"].detail == "no xpu device here"
+
+
 def test_compile_errors_are_reported_per_kernel(xpu_ready):
     spec = load_spec(SPECS / "layer_norm.json")
     good = candidates(spec, "xpu", "strict")[0]

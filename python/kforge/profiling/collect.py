@@ -121,24 +121,28 @@ def compile_facts_here(candidate, spec, device: str, size: int, target_name: str
                                f"compiled on this {device} device")
 
 
-def compile_facts_cross(candidate, spec, arch: int = 90) -> tuple[list[KernelFacts], Source]:
-    """A cuda candidate on a machine without the GPU: compile it for sm_`arch` here."""
+def compile_facts_cross(candidate, spec, target) -> tuple[list[KernelFacts], Source]:
+    """A candidate on a machine without the target's device: compile it here for the target's
+    architecture (Target.cross_compile: sm_90 with the local Triton, xpu with triton-xpu)."""
+    from kforge.crosscompile import candidate_job
     try:
-        from kforge.crosscompile import compile_candidate
-        reports = compile_candidate(candidate.source, spec, arch, name="profiled")
+        [reports] = target.cross_compile([candidate_job(candidate.source, spec, name="profiled")])
     except Exception as exc:   # noqa: BLE001
-        return [], Source(False, f"no GPU here and the cross-compile failed: "
+        return [], Source(False, f"no {target.name} device here and the cross-compile failed: "
                                  f"{type(exc).__name__}: {str(exc)[:300]}")
+    code = "ptx" if target.name == "cuda" else "spirv"
     facts = [KernelFacts(name=r.name, n_regs=r.registers, n_spills=r.spill_stores,
                          shared_bytes=r.shared_bytes, num_warps=r.num_warps,
                          num_stages=r.num_stages, wgmma=r.mma == "wgmma",
-                         mma_sync=r.mma == "mma.sync", asm=("ptx",))
+                         mma_sync=r.mma == "mma.sync", dpas=r.mma == "dpas", asm=(code,))
              for r in reports if r.ok]
     if not facts:
         why = next((r.error for r in reports if r.error), "no kernel compiled")
-        return [], Source(False, f"cross-compile for sm_{arch}: {why[:300]}")
-    return facts, Source(True, f"cross-compiled for sm_{arch} with the local Triton (no GPU "
-                               "here; spills are ptxas spill-store bytes)")
+        return [], Source(False, f"cross-compile for {target.label}: {why[:300]}")
+    how = ("with the local Triton (no GPU here; spills are ptxas spill-store bytes)"
+           if target.name == "cuda" else
+           f"({reports[0].compiler or 'its compiler'}; registers are allocated on the device)")
+    return facts, Source(True, f"cross-compiled for {target.label} {how}")
 
 
 def ncu_counters(candidate, spec, device: str, size: int, target_name: str,
@@ -216,9 +220,8 @@ def collect_profile(spec, candidate, record, target, precision: str, *,
         if here:
             kernels, sources["compile"] = compile_facts_here(candidate, spec, target.device,
                                                              size, target.name, timeout_s)
-        elif target.name == "cuda":
-            kernels, sources["compile"] = compile_facts_cross(candidate, spec,
-                                                              getattr(target, "sm", 90))
+        elif target.can_cross_compile():
+            kernels, sources["compile"] = compile_facts_cross(candidate, spec, target)
         else:
             sources["compile"] = Source(False, f"no {target.name} device here")
         if not here:
