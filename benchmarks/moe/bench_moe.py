@@ -1,0 +1,84 @@
+"""The builtin's grouped-GEMM MoE kernel (kforge.kernels.moe) against kforge.moe_op's PyTorch
+implementation (tokens grouped by expert, one matmul per expert), on the GPU, at gpt-oss-20b's
+layer shape: hidden 2880, expert FFN 2880, 32 experts top-4.
+
+    python benchmarks/moe/bench_moe.py --out $OUT/moe.json [--tokens 16384 512 64]
+
+Per token count and dtype: max error of each against a float64 evaluation (on a subset of
+tokens), and the median time of each (triton.testing.do_bench).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tokens", type=int, nargs="+", default=[16384, 512, 64])
+    p.add_argument("--dtypes", nargs="+", default=["bf16"])
+    args = p.parse_args()
+    import triton.testing
+
+    from kforge.kernels.moe import load_source, moe_configs, moe_source
+    from kforge.moe_op import moe_experts_reference
+    H, I, E, K = 2880, 2880, 32, 4
+    rows = []
+    for dt in args.dtypes:
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dt]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        w1 = (torch.randn(E, H, 2 * I, device="cuda", generator=g) / H ** 0.5).to(dtype)
+        b1 = torch.randn(E, 2 * I, device="cuda", generator=g).to(dtype) * 0.1
+        w2 = (torch.randn(E, I, H, device="cuda", generator=g) / I ** 0.5).to(dtype)
+        b2 = torch.randn(E, H, device="cuda", generator=g).to(dtype) * 0.1
+        for T in args.tokens:
+            x = torch.randn(T, H, device="cuda", generator=g).to(dtype)
+            scores = torch.randn(T, E, device="cuda", generator=g)
+            top, index = torch.topk(scores, K, dim=-1)
+            weight = torch.softmax(top, dim=-1).to(dtype)
+            ops = (x, index, weight, w1, b1, w2, b2)
+            sub = slice(0, min(T, 256))
+            want = moe_experts_reference(*(t[sub].double() if t.shape[0] == T else t.double()
+                                           for t in (x,)), index[sub], weight[sub].double(),
+                                         w1.double(), b1.double(), w2.double(), b2.double(),
+                                         "gpt_oss", 1.702, 7.0)
+            ref = lambda: moe_experts_reference(*ops, "gpt_oss", 1.702, 7.0)  # noqa: E731
+            row = {"dtype": dt, "tokens": T, "experts": E, "top_k": K, "hidden": H, "inter": I,
+                   "pytorch_ms": float(triton.testing.do_bench(ref)),
+                   "pytorch_err": float((ref()[sub].double() - want).abs().max())}
+            best = None
+            for cfg in moe_configs(dt, "cuda", rows=T * K // E):
+                dot = "bf16" if dt == "bf16" else "ieee"
+                src = moe_source(num_experts=E, top_k=K, dtype=dt, dot_precision=dot, **cfg)
+                mod = load_source(src, f"moe_bench_{dt}_{T}_{len(row)}")
+                try:
+                    (out,) = mod.launch(*ops)
+                    ms = float(triton.testing.do_bench(lambda: mod.launch(*ops)))
+                except Exception as exc:  # noqa: BLE001 - a config that fails is recorded
+                    row.setdefault("failed", []).append(f"{cfg}: {type(exc).__name__}: {exc}"[:300])
+                    continue
+                err = float((out[sub].double() - want).abs().max())
+                if best is None or ms < best["ms"]:
+                    best = {"ms": ms, "err": err, "config": cfg}
+            row["kforge"] = best
+            if best:
+                row["speedup"] = row["pytorch_ms"] / best["ms"]
+                flops = 2 * T * K * H * 2 * I + 2 * T * K * I * H
+                row["kforge_tflops"] = flops / best["ms"] / 1e9
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(),
+                                            "torch": torch.__version__, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
