@@ -107,7 +107,19 @@ def _conv_pad_inputs(g):
     return [x, w], [F.relu(F.conv2d(x, w, padding=1))]
 
 
+def _matvec_inputs(g):
+    x, w, b = torch.randn(8, 16, generator=g), torch.randn(1, 16, generator=g), \
+        torch.randn(1, generator=g)
+    return [x, w, b], [F.relu(F.linear(x, w, b))]
+
+
+def _conv_pad_1x1_inputs(g):
+    x, w = torch.randn(2, 1, 1, 1, generator=g), torch.randn(4, 1, 3, 3, generator=g)
+    return [x, w], [F.relu(F.conv2d(x, w, padding=1))]
+
+
 GROUND_TRUTH = {
+    "matvec_bias_relu": _matvec_inputs, "conv2d_pad_1x1": _conv_pad_1x1_inputs,
     "conv2d_pad_relu": _conv_pad_inputs,
     "attention": _attention_inputs,
     "group_norm_silu_row_mean": _gn_silu_mean_inputs,
