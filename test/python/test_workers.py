@@ -161,8 +161,10 @@ def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_pat
     sink = _KillWhileTuning()
     executor = RayExecutor(None, num_cpus=2, max_retries=0)     # no second attempt
     try:
+        # several optimization rounds: the kill, sent when the first round's note arrives,
+        # must land while the task still runs (with one round it could finish first)
         doc = compile_regions(src / "pkg1" / "regions", tmp_path / "pkg",
-                              SynthOptions(target="cpu", rounds=1), cache=None,
+                              SynthOptions(target="cpu", rounds=4), cache=None,
                               progress=sink, model_path=MODEL, executor=executor)
     finally:
         executor.close()
