@@ -153,21 +153,64 @@ class _KillWhileTuning(_KillFirstRegion):
             os.kill(self.killed_pid, signal.SIGKILL)
 
 
-def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_path):
+# Imported at start-up by every Python process Ray starts with the hook's folder on its path:
+# the first region to optimize sends its first note and then waits, so the kill that note
+# triggers always lands while the task still runs (a real optimization round on the
+# interpreter can finish before the driver has drained the note).
+_STALL_HOOK = """
+import os, sys
+if os.environ.get("KFORGE_TEST_STALL_OPTIMIZE"):
+    import importlib.abc, importlib.util
+
+    class _Patch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "kforge.synth":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            real = spec.loader.exec_module
+
+            def exec_module(module):
+                real(module)
+                def optimize(loop):
+                    # the first region here stalls (its worker is killed); the rest go on
+                    try:
+                        os.close(os.open(os.environ["KFORGE_TEST_STALL_OPTIMIZE"],
+                                         os.O_CREAT | os.O_EXCL))
+                    except FileExistsError:
+                        return
+                    loop.progress("optimization round 1")
+                    import time
+                    time.sleep(600)
+                module._RegionLoop.optimize = optimize
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _Patch())
+"""
+
+
+def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_path,
+                                                          monkeypatch):
     from kforge.package import compile_regions, read_manifest
     from kforge.synth import SynthOptions
     from kforge.workers.ray_cluster import RayExecutor
     src, _ = first_compile
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_STALL_HOOK)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("KFORGE_TEST_STALL_OPTIMIZE", str(tmp_path / "stalled"))
     sink = _KillWhileTuning()
     executor = RayExecutor(None, num_cpus=2, max_retries=0)     # no second attempt
     try:
-        # several optimization rounds: the kill, sent when the first round's note arrives,
-        # must land while the task still runs (with one round it could finish first)
         doc = compile_regions(src / "pkg1" / "regions", tmp_path / "pkg",
-                              SynthOptions(target="cpu", rounds=4), cache=None,
+                              SynthOptions(target="cpu", rounds=1), cache=None,
                               progress=sink, model_path=MODEL, executor=executor)
     finally:
         executor.close()
+    assert (tmp_path / "stalled").exists()          # the hook ran in the workers
     assert sink.victim is not None and doc["workers"]["lost"] == [sink.victim]
     row = next(r for r in doc["regions"] if r["hash"] == sink.victim)
     assert row["status"] == "verified" and "kept, untuned" in row["message"], row
