@@ -89,12 +89,18 @@ def test_kforge_tune_on_the_cluster(first_compile, run_kforge, tmp_path):
 
 
 class _KillFirstRegion:
-    """A progress sink that kills the worker of the first region to report progress, once."""
+    """A progress sink that kills the worker of the region `_stall_first_region` stalled, at
+    its note, once."""
 
-    def __init__(self):
+    def __init__(self, stalled: Path):
+        self.stalled = stalled
         self.victim = None
         self.killed_pid = None
         self.pids = {}
+
+    def stalls(self, h) -> bool:
+        return (self.victim is None and self.stalled.exists()
+                and self.stalled.read_text() == h)
 
     def start(self, total): ...
 
@@ -104,7 +110,7 @@ class _KillFirstRegion:
         self.pids.setdefault(h, []).append(record.pid)
 
     def note(self, h, message):
-        if self.victim is None:
+        if self.stalls(h):
             self.victim, self.killed_pid = h, self.pids[h][-1]
             os.kill(self.killed_pid, signal.SIGKILL)
 
@@ -113,12 +119,13 @@ class _KillFirstRegion:
     def stop(self): ...
 
 
-def test_a_killed_worker_loses_only_its_region(first_compile, tmp_path):
+def test_a_killed_worker_loses_only_its_region(first_compile, tmp_path, monkeypatch):
     from kforge.package import compile_regions, read_manifest
     from kforge.synth import SynthOptions
     from kforge.workers.ray_cluster import RayExecutor
     src, _ = first_compile
-    sink = _KillFirstRegion()
+    stalled = _stall_first_region(monkeypatch, tmp_path, "functional round")
+    sink = _KillFirstRegion(stalled)
     executor = RayExecutor(None, num_cpus=2)
     try:
         doc = compile_regions(src / "pkg1" / "regions", tmp_path / "pkg",
@@ -127,7 +134,7 @@ def test_a_killed_worker_loses_only_its_region(first_compile, tmp_path):
                               model_path=MODEL, executor=executor)
     finally:
         executor.close()
-    assert sink.victim is not None
+    assert stalled.exists() and sink.victim is not None
     attempts = doc["workers"]["attempts"]
     victim = [a for a in attempts if a["hash"] == sink.victim]
     others = [a for a in attempts if a["hash"] != sink.victim]
@@ -145,21 +152,22 @@ def test_a_killed_worker_loses_only_its_region(first_compile, tmp_path):
 
 
 class _KillWhileTuning(_KillFirstRegion):
-    """Kills the worker of the first region to start its optimization passes (it verified)."""
+    """Kills the worker of the region stalled at its first optimization round (it verified)."""
 
     def note(self, h, message):
-        if self.victim is None and message.startswith("optimization round"):
+        if self.stalls(h) and message.startswith("optimization round"):
             self.victim, self.killed_pid = h, self.pids[h][-1]
             os.kill(self.killed_pid, signal.SIGKILL)
 
 
-# Imported at start-up by every Python process Ray starts with the hook's folder on its path:
-# the first region to optimize sends its first note and then waits, so the kill that note
-# triggers always lands while the task still runs (a real optimization round on the
-# interpreter can finish before the driver has drained the note).
+# Imported at start-up by every Python process Ray starts with the hook's folder on its path
+# (`_stall_first_region`): the first region loop to send a note that starts with the given
+# words waits after sending it, so the kill that note triggers lands while the task still runs
+# (a round on the interpreter can finish before the driver has drained its note). Only the
+# first: the file named in the variable is the token, so a retry and other regions go on.
 _STALL_HOOK = """
 import os, sys
-if os.environ.get("KFORGE_TEST_STALL_OPTIMIZE"):
+if os.environ.get("KFORGE_TEST_STALL"):
     import importlib.abc, importlib.util
 
     class _Patch(importlib.abc.MetaPathFinder):
@@ -172,22 +180,46 @@ if os.environ.get("KFORGE_TEST_STALL_OPTIMIZE"):
 
             def exec_module(module):
                 real(module)
-                def optimize(loop):
-                    # the first region here stalls (its worker is killed); the rest go on
-                    try:
-                        os.close(os.open(os.environ["KFORGE_TEST_STALL_OPTIMIZE"],
-                                         os.O_CREAT | os.O_EXCL))
-                    except FileExistsError:
-                        return
-                    loop.progress("optimization round 1")
-                    import time
-                    time.sleep(600)
-                module._RegionLoop.optimize = optimize
+                init = module._RegionLoop.__init__
+                words, token = os.environ["KFORGE_TEST_STALL"].split("|", 1)
+
+                def patched(loop, *args, **kwargs):
+                    init(loop, *args, **kwargs)
+                    say = loop.progress
+
+                    def progress(msg):
+                        if not msg.startswith(words):
+                            return say(msg)
+                        try:        # the first one claims; the token, written before
+                            os.close(os.open(token + ".claim", os.O_CREAT | os.O_EXCL))
+                        except FileExistsError:     # its note, names the region
+                            return say(msg)
+                        with open(token + ".tmp", "w") as f:
+                            f.write(loop.spec.hash)
+                        os.rename(token + ".tmp", token)
+                        say(msg)
+                        import time
+                        time.sleep(600)
+                    loop.progress = progress
+                module._RegionLoop.__init__ = patched
             spec.loader.exec_module = exec_module
             return spec
 
     sys.meta_path.insert(0, _Patch())
 """
+
+
+def _stall_first_region(monkeypatch, tmp_path, words):
+    """Ray workers started after this stall the first region at its note `words...`; the
+    returned path holds that region's hash once one has."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_STALL_HOOK)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    token = tmp_path / "stalled"
+    monkeypatch.setenv("KFORGE_TEST_STALL", f"{words}|{token}")
+    return token
 
 
 def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_path,
@@ -196,13 +228,8 @@ def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_pat
     from kforge.synth import SynthOptions
     from kforge.workers.ray_cluster import RayExecutor
     src, _ = first_compile
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(_STALL_HOOK)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("KFORGE_TEST_STALL_OPTIMIZE", str(tmp_path / "stalled"))
-    sink = _KillWhileTuning()
+    stalled = _stall_first_region(monkeypatch, tmp_path, "optimization round")
+    sink = _KillWhileTuning(stalled)
     executor = RayExecutor(None, num_cpus=2, max_retries=0)     # no second attempt
     try:
         doc = compile_regions(src / "pkg1" / "regions", tmp_path / "pkg",
@@ -210,7 +237,7 @@ def test_a_kernel_verified_before_its_worker_died_is_kept(first_compile, tmp_pat
                               progress=sink, model_path=MODEL, executor=executor)
     finally:
         executor.close()
-    assert (tmp_path / "stalled").exists()          # the hook ran in the workers
+    assert stalled.exists()                         # the hook ran in the workers
     assert sink.victim is not None and doc["workers"]["lost"] == [sink.victim]
     row = next(r for r in doc["regions"] if r["hash"] == sink.victim)
     assert row["status"] == "verified" and "kept, untuned" in row["message"], row
