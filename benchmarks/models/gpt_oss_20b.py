@@ -11,13 +11,17 @@ attention is transformers' eager path, the only one with sinks. The phase and it
 from the environment (kforge.bench.llm: KFORGE_LLM_PHASE=prefill|decode, KFORGE_LLM_LAYERS,
 _BATCH, _SEQ, _CONTEXT).
 
+`kforge bench` runs it as two workloads, FILE.prefill and FILE.decode (VARIANTS), and reports
+tokens/s (`tokens_per_call`); its --smoke is the small size, otherwise KFORGE_ZOO_SIZE or real.
+
 Sizes (KFORGE_ZOO_SIZE): "small" (CI, the Triton interpreter: 2 layers, 8 experts top-4,
 window 8) and "real" (the GPU: the 20b geometry and vocabulary, 4 layers; prefill batch 8 x 2048
 tokens, decode batch 64 against 2048 cached tokens).
 """
 from transformers import GptOssConfig, GptOssForCausalLM
 
-from kforge.bench.llm import LLMWorkload, llm_inputs, llm_shape
+from kforge.bench import llm
+from kforge.bench.llm import VARIANTS, LLMWorkload, llm_inputs, llm_shape, zoo_size  # noqa: F401
 from kforge.moe_op import register_transformers_experts
 
 SIZES = {
@@ -44,9 +48,13 @@ class Model(LLMWorkload):
         self.model = GptOssForCausalLM(self.config).eval()
 
 
-def get_inputs():
-    return llm_inputs(llm_shape(SIZES))
+def get_inputs(scale=None):
+    return llm_inputs(llm_shape(SIZES, zoo_size(scale)))
 
 
-def get_init_inputs():
-    return []
+def get_init_inputs(scale=None):
+    return [zoo_size(scale)]
+
+
+def tokens_per_call(scale=None):
+    return llm.tokens_per_call(llm_shape(SIZES, zoo_size(scale)))

@@ -8,13 +8,17 @@ downloaded), cut to a few layers. The phase and its shapes come from the environ
 prefill takes input_ids [B, S]; decode takes input_ids [B, 1] and each layer's cached keys and
 values [B, 8, C, 128].
 
+`kforge bench` runs it as two workloads, FILE.prefill and FILE.decode (VARIANTS), and reports
+tokens/s (`tokens_per_call`); its --smoke is the small size, otherwise KFORGE_ZOO_SIZE or real.
+
 Sizes (KFORGE_ZOO_SIZE): "small" (CI, the Triton interpreter) and "real" (the GPU: the 8B
 geometry with Llama-3's vocabulary of 128256, 4 layers; prefill batch 8 x 2048 tokens, decode
 batch 64 against 2048 cached tokens).
 """
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from kforge.bench.llm import LLMWorkload, llm_inputs, llm_shape
+from kforge.bench import llm
+from kforge.bench.llm import VARIANTS, LLMWorkload, llm_inputs, llm_shape, zoo_size  # noqa: F401
 
 SIZES = {
     "small": dict(vocab_size=256, hidden_size=64, intermediate_size=224, num_hidden_layers=2,
@@ -39,9 +43,13 @@ class Model(LLMWorkload):
         self.model = LlamaForCausalLM(self.config).eval()
 
 
-def get_inputs():
-    return llm_inputs(llm_shape(SIZES))
+def get_inputs(scale=None):
+    return llm_inputs(llm_shape(SIZES, zoo_size(scale)))
 
 
-def get_init_inputs():
-    return []
+def get_init_inputs(scale=None):
+    return [zoo_size(scale)]
+
+
+def tokens_per_call(scale=None):
+    return llm.tokens_per_call(llm_shape(SIZES, zoo_size(scale)))

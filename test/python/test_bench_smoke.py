@@ -147,6 +147,11 @@ def test_kforge_package_verified_and_timed(smoke_run):
         assert k["allclose"] is True
         assert r["speedup_matched"] == r["speedup"]      # strict's matched routes are fp32
         assert k["info"]["regions_total"] >= 1          # it went through the package runtime
+        # where its time went, step by step: every region on a kernel here
+        where = k["info"]["where"]
+        assert where["ops"]["kernel"] >= 1 and where["kernel_flop_fraction"] == 1.0, where
+        assert where["time_measured"] and where["time_share"]["kernel"] > 0.5, where
+        assert abs(sum(where["time_share"].values()) - 1.0) < 1e-3 and where["stepwise_ms"] > 0
         assert k["max_abs_err"] is not None and k["compile_s"] > 0
         assert k["timing"]["median_ms"] > 0
         assert r["speedup"] is not None and r["roofline_fraction"] > 0

@@ -105,18 +105,13 @@ def run_bench(args) -> int:
         print(f"merged {len(docs)} reports: " + ", ".join(str(p) for p in paths.values()))
         return 0
 
-    selected = wl_mod.discover(args.workloads)
     if args.list:
-        for w in selected:
+        for w in wl_mod.discover(args.workloads):
             mod = w.module()
             print(f"{w.name:42s} {' '.join(getattr(mod, 'TAGS', ()))}")
         return 0
     if not args.out:
         raise UserError("--out DIR is required (where bench.json, bench.md and bench.png go)")
-    shard = None
-    if args.shard:
-        i, n = wl_mod.parse_shard(args.shard)
-        selected, shard = wl_mod.shard(selected, i, n), f"{i}/{n}"
     precisions = _split(args.precision, POLICIES, "precision")
     baselines = _split(args.baselines, BASELINES, "baselines")
 
@@ -136,6 +131,13 @@ def run_bench(args) -> int:
                             "TRITON_INTERPRET=1 was set, so its kernels cannot run in the "
                             "interpreter; run `kforge bench` in a fresh process")
         os.environ["TRITON_INTERPRET"] = "1"
+    # after the interpreter's switch: a workload file may import triton (VARIANTS are read by
+    # importing the file)
+    selected = wl_mod.discover(args.workloads)
+    shard = None
+    if args.shard:
+        i, n = wl_mod.parse_shard(args.shard)
+        selected, shard = wl_mod.shard(selected, i, n), f"{i}/{n}"
     return _run(args, selected, target, precisions, baselines, shard)
 
 

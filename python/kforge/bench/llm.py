@@ -14,6 +14,11 @@ the inputs, and runs a decode step against a KV cache that comes in as plain ten
 
 `tokens_per_call(shape)` is what tokens/s divides by: B * S for prefill, B for decode. Needs
 only torch (and transformers for `decode_step`).
+
+For `kforge bench` (kforge.bench.workloads) a zoo LLM file declares `VARIANTS` (one workload
+per phase: `llama3_8b.prefill`, `llama3_8b.decode`) and takes the bench's scale: "smoke" is the
+"small" row, "full" the row in $KFORGE_ZOO_SIZE or "real" (`zoo_size`); called without a scale
+(kforge compile, the zoo tests) it reads $KFORGE_ZOO_SIZE, default "small".
 """
 from __future__ import annotations
 
@@ -23,6 +28,16 @@ from dataclasses import dataclass
 import torch
 
 PHASES = ("prefill", "decode")
+VARIANTS = {phase: {"KFORGE_LLM_PHASE": phase} for phase in PHASES}
+
+
+def zoo_size(scale: str | None = None) -> str | None:
+    """The size row for a bench scale (None: leave it to llm_shape's default)."""
+    if scale is None:
+        return None
+    if scale == "smoke":
+        return "small"
+    return os.environ.get("KFORGE_ZOO_SIZE") or "real"
 
 
 @dataclass(frozen=True)
@@ -111,5 +126,5 @@ def tokens_per_call(shape: LLMShape) -> int:
     return shape.batch * shape.seq
 
 
-__all__ = ["LLMShape", "LLMWorkload", "PHASES", "llm_shape", "llm_inputs", "decode_step",
-           "tokens_per_call"]
+__all__ = ["LLMShape", "LLMWorkload", "PHASES", "VARIANTS", "llm_shape", "llm_inputs",
+           "decode_step", "tokens_per_call", "zoo_size"]

@@ -42,30 +42,36 @@ from kforge.bench.backends import kforge_env
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".npy", ".npz")
 
-_SMOKE_WRAPPER = '''"""Smoke-size view of {path} (written by kforge.bench.packages)."""
+_SCALE_WRAPPER = '''"""{scale}-scale view of {path} (written by kforge.bench.packages)."""
 import importlib.util as _u
-_spec = _u.spec_from_file_location("_kforge_smoke_{name}", {path!r})
+import os as _os
+_os.environ.update({env!r})      # the workload variant's environment
+_spec = _u.spec_from_file_location("_kforge_{scale}_{ident}", {path!r})
 _m = _u.module_from_spec(_spec)
 _spec.loader.exec_module(_m)
 Model = _m.Model
 
 
 def get_inputs():
-    return _m.get_inputs(scale="smoke")
+    return _m.get_inputs(scale={scale!r})
 
 
 def get_init_inputs():
-    return _m.get_init_inputs(scale="smoke")
+    return _m.get_init_inputs(scale={scale!r})
 '''
 
 
 def model_file(workload: wl_mod.Workload, smoke: bool, tmp: Path) -> Path:
     """The file handed to `kforge compile`: the workload itself, or a wrapper whose
-    get_inputs()/get_init_inputs() give the smoke sizes."""
-    if not smoke:
+    get_inputs()/get_init_inputs() give the bench's sizes (smoke; or full, for a variant
+    workload: an LLM file's sizes depend on the scale) under the variant's environment."""
+    if not smoke and not workload.env:
         return workload.path
-    path = tmp / f"{workload.name}.py"
-    path.write_text(_SMOKE_WRAPPER.format(path=str(workload.path.resolve()), name=workload.name))
+    scale = "smoke" if smoke else "full"
+    path = tmp / f"{workload.name}.{scale}.py"
+    path.write_text(_SCALE_WRAPPER.format(path=str(workload.path.resolve()), scale=scale,
+                                          ident=workload.name.replace(".", "_"),
+                                          env=dict(workload.env)))
     return path
 
 
@@ -78,10 +84,12 @@ def strip_weights(package: Path, min_bytes: int = 1 << 20) -> list[str]:
     return stripped
 
 
-def _run_recorded(cmd: list[str], timeout_s: float) -> tuple[int, str, float]:
+def _run_recorded(cmd: list[str], timeout_s: float, env: tuple = ()) -> tuple[int, str, float]:
+    """`env`: a workload variant's (variable, value) pairs, set in the command's environment."""
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=kforge_env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**kforge_env(), **dict(env)})
         rc, log = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         rc, log = 124, f"timed out after {timeout_s:.0f}s\n{exc.stdout or ''}{exc.stderr or ''}"
@@ -131,8 +139,9 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
                    "--out", str(package), "--target", target, "--precision", policy,
                    "--provider", provider, *workers]
             shared_s = _stage_seconds(first_ok)
-        rc, log, wall = _run_recorded(cmd, timeout_s)
+        rc, log, wall = _run_recorded(cmd, timeout_s, workload.env)
         record = {"workload": workload.name, "policy": policy, "target": target,
+                  "env": dict(workload.env),
                   "provider": provider, "scale": "smoke" if smoke else "full",
                   "status": "ok" if rc == 0 else "failed", "returncode": rc,
                   # a reused import + regions stage counts in every policy's compile time

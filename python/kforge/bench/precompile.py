@@ -23,12 +23,12 @@ from kforge.bench import workloads as wl_mod
 from kforge.bench.backends import kforge_env
 
 
-def compile_one(name: str, path: Path, out: Path, scale: str, mode: str | None) -> dict:
+def compile_one(wl: wl_mod.Workload, out: Path, scale: str, mode: str | None) -> dict:
     """In this process: build the workload on the GPU and time torch.compile's first call."""
     import torch
 
     from kforge.targets import local_target
-    wl = wl_mod.Workload(name, path)
+    name = wl.name
     target = local_target()
     model, inputs = wl.instantiate(scale, target.device)
     t0 = time.perf_counter()
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = wl_mod.discover(args.workloads)
     if args.one:
         wl = next(w for w in selected if w.name == args.one)
-        return 0 if compile_one(wl.name, wl.path, args.out, scale, args.compile_mode)["status"] == "ok" else 1
+        return 0 if compile_one(wl, args.out, scale, args.compile_mode)["status"] == "ok" else 1
     if args.shard:
         selected = wl_mod.shards(selected, args.shard)
 

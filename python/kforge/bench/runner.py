@@ -58,6 +58,7 @@ class ContenderResult:
     # torch.allclose(out, eager_fp32, atol, rtol) at the policy's tolerance, unscaled:
     # KernelBench's own criterion (at 1e-4 under strict)
     allclose: bool | None = None
+    tokens_per_s: float | None = None  # workloads that declare tokens_per_call (LLM phases)
 
 
 @dataclass
@@ -98,6 +99,7 @@ class WorkloadResult:
     baseline_fp32_floor_ms: float | None = None
     baseline_roofline_fraction: float | None = None     # fp32 floor / faster baseline
     policies: list = field(default_factory=list)        # PolicyResult
+    tokens_per_call: int | None = None                   # the module's tokens_per_call()
     status: str = "ok"                                   # ok | failed | skipped
     reason: str = ""
     wall_s: float | None = None
@@ -279,10 +281,12 @@ class Runner:
             res.baseline_fp32_floor_ms = roofline.floor_ms(res.flops, res.bytes_fp32, self.peaks, "fp32")
             res.baseline_roofline_fraction = res.baseline_fp32_floor_ms / best.timing.median_ms
 
+        res.tokens_per_call = wl.tokens_per_call(cfg.scale, mod)
         for policy in cfg.precisions:
             pr = self._kforge(wl, model, inputs, checks, policy, res)
             self._matched(pr, model, inputs, checks, res)
             res.policies.append(pr)
+            _set_tokens_per_s(res)
             self.log("    " + _one_line(pr, res))
         return res
 
@@ -416,7 +420,39 @@ class Runner:
         pr.roofline_fraction = pr.floor_ms / kr.timing.median_ms
         if kr.status == "ok" and res.best_baseline_ms:
             pr.speedup = res.best_baseline_ms / kr.timing.median_ms
+        if kernels is not None and regions is not None:
+            kr.info["where"] = _where(c.fn, inputs)
         return pr
+
+
+def _where(compiled, inputs) -> dict:
+    """Where a package's time goes: the host plan's ops and FLOPs by home (verified kernel,
+    PyTorch: aten program or reference, fallback op, host step) and the share of one run's
+    time in each, timed step by step with a synchronization around every step (no CUDA
+    graph: shares of a slower run than the timed one). Failure is recorded, not raised."""
+    from kforge.coverage import merge_profile, plan_coverage, profile_plan
+    try:
+        cov = plan_coverage(compiled.package.plan, compiled.package.specs, set(compiled.kernels))
+        prof = profile_plan(compiled, inputs, repeats=2)
+        out = merge_profile(cov, prof)
+        out["stepwise_ms"] = round(1e3 * prof["total_s"], 3)
+        out["method"] = ("one run, a synchronization around every host-plan step, no CUDA "
+                         "graph (kforge.coverage.profile_plan)")
+        return out
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _set_tokens_per_s(res: WorkloadResult) -> None:
+    """tokens/s of every timed contender, for workloads that count tokens."""
+    if not res.tokens_per_call:
+        return
+    contenders = list(res.baselines)
+    for p in res.policies:
+        contenders += [p.kforge, *p.routes]
+    for c in contenders:
+        if c.timing is not None and c.timing.median_ms:
+            c.tokens_per_s = res.tokens_per_call / (c.timing.median_ms / 1e3)
 
 
 def _fastest(results: list[ContenderResult]) -> ContenderResult | None:

@@ -1,8 +1,17 @@
 """Workload files: KernelBench format (`Model`, `get_inputs`, `get_init_inputs`) plus, in ours,
 `FULL`/`SMOKE` size dicts and `TAGS`; `get_inputs(scale="smoke")` gives the tiny CPU variant.
-Files without the `scale` argument (plain KernelBench files) run at their only size."""
+Files without the `scale` argument (plain KernelBench files) run at their only size.
+
+Two optional module attributes of ours:
+* `VARIANTS = {"prefill": {"KFORGE_LLM_PHASE": "prefill"}, ...}`: one file, several workloads
+  (`<file>.<variant>`), each run with those environment variables set while the module's
+  functions run (and in the subprocesses that compile it). `FILE.py::VARIANT` selects one.
+* `tokens_per_call()`: tokens one call processes (an LLM's batch x new tokens); the bench then
+  reports tokens/s for every route.
+"""
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib.util
 import inspect
@@ -27,12 +36,29 @@ def default_dir() -> Path:
 class Workload:
     name: str
     path: Path
+    env: tuple = ()     # (variable, value) pairs of a variant (VARIANTS), sorted
+
+    @contextlib.contextmanager
+    def environment(self):
+        """The variant's environment variables, set for the duration (restored after)."""
+        saved = {k: os.environ.get(k) for k, _ in self.env}
+        os.environ.update(dict(self.env))
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def module(self):
-        spec = importlib.util.spec_from_file_location(f"kforge_workload_{self.name}", self.path)
+        spec = importlib.util.spec_from_file_location(
+            f"kforge_workload_{self.name.replace('.', '_')}", self.path)
         mod = importlib.util.module_from_spec(spec)
         try:
-            spec.loader.exec_module(mod)
+            with self.environment():
+                spec.loader.exec_module(mod)
         except Exception as exc:
             raise UserError(f"workload {self.path}: cannot be imported: {exc}") from exc
         for attr in ("Model", "get_inputs", "get_init_inputs"):
@@ -50,7 +76,8 @@ class Workload:
 
         mod = self.module()
         torch.manual_seed(seed)
-        model = mod.Model(*_call_sized(mod.get_init_inputs, scale)).eval().to(device)
+        with self.environment():
+            model = mod.Model(*_call_sized(mod.get_init_inputs, scale)).eval().to(device)
         return model, self.inputs(scale, device, seed + 1, mod)
 
     def inputs(self, scale: str, device: str, seed: int, mod=None):
@@ -59,8 +86,36 @@ class Workload:
 
         mod = mod or self.module()
         torch.manual_seed(seed)
-        return [t.to(device) if isinstance(t, torch.Tensor) else t
-                for t in _call_sized(mod.get_inputs, scale)]
+        with self.environment():
+            drawn = _call_sized(mod.get_inputs, scale)
+        return [t.to(device) if isinstance(t, torch.Tensor) else t for t in drawn]
+
+    def tokens_per_call(self, scale: str, mod=None) -> int | None:
+        """The module's `tokens_per_call()` at `scale` (None where it has none)."""
+        mod = mod or self.module()
+        fn = getattr(mod, "tokens_per_call", None)
+        if fn is None:
+            return None
+        with self.environment():
+            return int(_call_sized(fn, scale))
+
+
+def _variants(name: str, path: Path) -> list[Workload]:
+    """The workloads of one file: itself, or one per entry of its VARIANTS."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"workload {path}: cannot be read: {exc}") from exc
+    if "VARIANTS" not in text:                  # most files: no import needed
+        return [Workload(name, path)]
+    variants = getattr(Workload(name, path).module(), "VARIANTS", None)
+    if not variants:
+        return [Workload(name, path)]
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise UserError(f"workload {path}: VARIANTS must map a variant name to a dict of "
+                        "environment variables")
+    return [Workload(f"{name}.{v}", path, tuple(sorted((str(k), str(x)) for k, x in env.items())))
+            for v, env in variants.items()]
 
 
 def _call_sized(fn, scale: str):
@@ -77,21 +132,35 @@ def discover(selectors: list[str] | None, root: Path | None = None) -> list[Work
     if not selectors:
         if not suite:
             raise UserError(f"no workload files in {root}")
-        return [Workload(n, p) for n, p in suite.items()]
-    found: dict[str, Path] = {}
+        return [w for n, p in suite.items() for w in _variants(n, p)]
+    found: dict[str, Workload] = {}
+
+    def add(name: str, path: Path, only: str | None = None) -> None:
+        ws = _variants(name, path)
+        if only is not None:
+            ws = [w for w in ws if w.name == f"{name}.{only}"]
+            if not ws:
+                raise UserError(f"{path}: no variant {only!r} (it has "
+                                f"{', '.join(w.name for w in _variants(name, path))})")
+        found.update({w.name: w for w in ws})
+
     for sel in selectors:
-        path = Path(sel)
+        file_part, _, variant = sel.partition("::")
+        path = Path(file_part)
         if path.is_dir():
-            found.update({p.stem: p for p in sorted(path.glob("*.py")) if not p.name.startswith("_")})
+            for p in sorted(path.glob("*.py")):
+                if not p.name.startswith("_"):
+                    add(p.stem, p)
         elif path.suffix == ".py" and path.is_file():
-            found[path.stem] = path
+            add(path.stem, path, variant or None)
         else:
             names = fnmatch.filter(suite, sel)
             if not names:
                 raise UserError(f"no workload matches {sel!r} in {root} (known: "
                                 f"{', '.join(list(suite)[:8])}...; `kforge bench --list` lists all)")
-            found.update({n: suite[n] for n in names})
-    return [Workload(n, p) for n, p in found.items()]
+            for n in names:
+                add(n, suite[n])
+    return list(found.values())
 
 
 def shard(workloads: list[Workload], index: int, count: int) -> list[Workload]:
