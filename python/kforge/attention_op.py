@@ -1,9 +1,13 @@
 """`torch.ops.kforge.attention`: attention with optional sinks, as one op.
 
-    attention(q [B, H, Sq, D], k [B, H, Skv, D], v [B, H, Skv, D], mask (additive, broadcastable
-              to [B, H, Sq, Skv]) or None, sinks [H] or None, scale) -> [B, H, Sq, D]
+    attention(q [B, H, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, D], mask (additive,
+              broadcastable to [B, H, Sq, Skv]) or None, sinks [H] or None, scale) -> [B, H, Sq, D]
 
     out = softmax([scale * q @ k^T + mask, sink_h]) without its sink column, @ v
+
+H is a multiple of Hkv: query head h reads kv head h // (H / Hkv) (grouped-query attention, as
+transformers' repeat_kv lays the heads out; kforge.frontend.attention_patterns folds that copy
+away).
 
 It is what the frontend puts in place of an attention written out in PyTorch ops — gpt-oss's
 eager attention (`cat` of the sink logits, `softmax`, slice, `matmul`), which SDPA cannot express
@@ -21,6 +25,10 @@ _LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks
 
 
 def attention_reference(q, k, v, mask, sinks, scale: float):
+    if k.shape[1] != q.shape[1]:         # grouped-query attention
+        group = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if mask is not None:
         scores = scores + mask

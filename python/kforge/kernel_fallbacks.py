@@ -131,6 +131,8 @@ def attention_parameters(spec: KernelSpec) -> dict:
         defaults = [None, None, None, None, 0.0, False, None, False]
     values = dict(zip(names, defaults))
     values.update(zip(names, args))
+    if op.name == SINK_ATTENTION:       # its k and v may have fewer heads than q
+        values["enable_gqa"] = True
     tensor_index = {m: i for i, m in enumerate(markers)}
     values.setdefault("sinks", None)
     values.setdefault("dropout_p", 0.0)

@@ -96,6 +96,14 @@ def test_zoo_llm_decode_step_against_a_kv_cache(name, tmp_path, kforge_opt, monk
     assert all(r["status"] == "verified" for r in doc["regions"]), doc["regions"]
     assert any(r.get("root_kind") == "moe" for r in doc["regions"]) == (name == "gpt_oss_20b")
     compiled = load_package(tmp_path / "pkg")
+    # attention (one region: both layers are alike) reads the 2 kv heads for its 4 query
+    # heads (no repeat_kv copy), and no cache is appended to an empty tensor: one cat per key
+    # and value and layer is left (the others are RoPE's rotate_half)
+    attention = [s for s in compiled.package.specs.values() if s.root_kind == "attention"]
+    assert attention and all(s.args[0].shape[1] == 4 and s.args[1].shape[1] == 2
+                             for s in attention), [s.args for s in attention]
+    fallbacks = doc["coverage"]["fallback_ops"]
+    assert next(r["count"] for r in fallbacks if r["name"] == "aten.cat") <= 4 + 5
     _, inputs = load_model_file(path, with_model=False, seed=5)
     assert inputs[0].shape[1] == 1 and len(inputs) == 1 + 2 * 2      # 2 layers, k and v
     got = compiled(*inputs)

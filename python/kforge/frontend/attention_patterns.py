@@ -159,4 +159,130 @@ def fuse_sink_attention(graph_module) -> int:
     return found
 
 
-__all__ = ["fuse_sink_attention"]
+# -- KV caches --------------------------------------------------------------------------------
+# transformers' decoding path, traced, copies the whole cache several times per layer and step:
+#   k = cat([cat([clone(empty), k_past], -2), k_new], -2)        # DynamicCache: lazy init, update
+#   k = view(clone(expand(unsqueeze(k, 2), [B, Hkv, R, S, D])), [B, Hkv * R, S, D])  # repeat_kv
+#   o = sdpa(q, k, v, ...)
+# The first cat copies k_past to append it to nothing; repeat_kv writes R copies of the cache for
+# an attention that can read each kv head for its R query heads (enable_gqa; the kernel's
+# gqa_group, pack_gqa). `simplify_kv_cache` removes both: cat operands without elements are
+# dropped (a cat left with one operand is that operand), and a repeat_kv feeding attention is
+# undone (SDPA gets enable_gqa=True; kforge.attention reads kv head h // R for query head h).
+
+_ATTENTION = (aten.scaled_dot_product_attention.default,)
+
+
+def _numel(node) -> int | None:
+    shape = _shape(node)
+    if shape is None:
+        return None
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _drop_empty_cat_operands(graph) -> int:
+    changed = 0
+    outputs: set = set()       # a graph output stays a tensor of its own
+    for n in graph.nodes:
+        if n.op == "output":
+            torch.fx.node.map_arg(n.args, outputs.add)
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target != aten.cat.default or node in outputs:
+            continue
+        parts = list(node.args[0])
+        kept = [x for x in parts if _numel(x) != 0]
+        if len(kept) == len(parts) or not kept:
+            continue
+        if len(kept) == 1 and _shape(kept[0]) == _shape(node) and \
+                getattr(_val(kept[0]), "dtype", None) == getattr(_val(node), "dtype", None):
+            node.replace_all_uses_with(kept[0])
+        else:
+            node.args = (kept,) + tuple(node.args[1:])
+        changed += 1
+    return changed
+
+
+def _repeat_kv_source(node):
+    """x and R where `node` is view(clone(expand(unsqueeze(x, 2), [B, Hkv, R, S, D])),
+    [B, Hkv * R, S, D]) (repeat_kv after decomposition), else None."""
+    if not (isinstance(node, torch.fx.Node) and node.target in _RESHAPES):
+        return None
+    inner = node.args[0]
+    if isinstance(inner, torch.fx.Node) and inner.target == aten.clone.default:
+        inner = inner.args[0]
+    if not (isinstance(inner, torch.fx.Node) and inner.target == aten.expand.default):
+        return None
+    unsq = inner.args[0]
+    if not (isinstance(unsq, torch.fx.Node) and unsq.target == aten.unsqueeze.default and
+            unsq.args[1] in (2, -3)):
+        return None
+    x = unsq.args[0]
+    xs, es, out = _shape(x), _shape(inner), _shape(node)
+    if xs is None or es is None or out is None or len(xs) != 4 or len(es) != 5:
+        return None
+    b, hkv, s, d = xs
+    r = es[2]
+    if es != (b, hkv, r, s, d) or out != (b, hkv * r, s, d) or r < 2:
+        return None
+    return x, r
+
+
+def _fold_repeat_kv(graph) -> int:
+    folded = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in _ATTENTION:
+            kind = "sdpa"
+        elif node.target == getattr(getattr(torch.ops, "kforge", None), "attention", None) or \
+                str(node.target) == "kforge.attention.default":
+            kind = "kforge"
+        else:
+            continue
+        if len(node.args) < 3:
+            continue
+        rk, rv = _repeat_kv_source(node.args[1]), _repeat_kv_source(node.args[2])
+        if rk is None or rv is None or rk[1] != rv[1]:
+            continue
+        if kind == "sdpa" and (node.kwargs.get("enable_gqa") or len(node.args) > 7):
+            continue
+        node.args = (node.args[0], rk[0], rv[0]) + tuple(node.args[3:])
+        if kind == "sdpa":
+            node.kwargs = {**node.kwargs, "enable_gqa": True}
+        folded += 1
+    return folded
+
+
+def simplify_kv_cache(graph_module) -> dict:
+    """The rewrites above on a decomposed graph; returns how many of each were made."""
+    import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
+    graph = graph_module.graph
+    done = {"empty_cat_operands": _drop_empty_cat_operands(graph),
+            "repeat_kv_folded": _fold_repeat_kv(graph)}
+    if any(done.values()):
+        _drop_orphan_asserts(graph)
+        graph.eliminate_dead_code()
+        graph_module.recompile()
+    return done
+
+
+def _drop_orphan_asserts(graph) -> None:
+    """Metadata asserts on tensors nothing else uses any more would keep their computation
+    alive (dead-code elimination keeps side effects): they go, repeatedly, up the chains."""
+    while True:
+        dead = [n for n in graph.nodes
+                if n.op == "call_function" and n.target == aten._assert_tensor_metadata.default
+                and isinstance(n.args[0], torch.fx.Node)
+                and all(u.target == aten._assert_tensor_metadata.default
+                        for u in n.args[0].users)]
+        if not dead:
+            return
+        for n in dead:
+            graph.erase_node(n)
+        graph.eliminate_dead_code()
+
+
+__all__ = ["fuse_sink_attention", "simplify_kv_cache"]
