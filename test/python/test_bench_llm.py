@@ -108,3 +108,30 @@ def test_tokens_per_second_of_every_route_and_the_goals_in_the_report(tmp_path):
     assert "kforge[bf16] >= 1.10x" in goal and value.startswith("1.20x") and ok
     w["policies"][1]["kforge"]["tokens_per_s"] = 1050.0
     assert report.llm_goals(doc)[0][2] is False
+
+
+def test_checks_work_a_chunk_at_a_time_on_references_in_host_memory(monkeypatch):
+    """A real LLM's logits are GBs (gpt-oss-20b prefill: 13 GB in fp32): the bench keeps its
+    references in host memory and compares a chunk at a time. The chunked errors and rules are
+    the whole-tensor ones."""
+    from kforge.bench import runner
+    from kforge.verify import contract
+    monkeypatch.setattr(contract, "CHUNK", 64)
+    torch.manual_seed(3)
+    ref = torch.randn(10, 103) * 5
+    out = ref + torch.randn(10, 103) * 1e-3
+    out[4, 7] += 0.2                                      # one element far off
+    d = (out.double() - ref.double())
+    a, r = runner._errors(out, runner._host(ref))
+    assert a == pytest.approx(d.abs().max().item()) and \
+        r == pytest.approx((d.norm() / ref.double().norm()).item())
+    rms = ref.double().pow(2).mean().sqrt().item()
+    for atol in (1e-3, 5e-3, 5e-2):
+        for scaled in (False, True):
+            want = bool((d.abs() <= atol * (max(1.0, rms) if scaled else 1.0)
+                         + 1e-3 * ref.double().abs()).all())
+            assert runner._within((out,), (ref,), atol, 1e-3, scaled) is want
+    bad = out.clone()
+    bad[0, 0] = float("nan")
+    assert runner._errors(bad, ref) == (float("inf"), float("inf"))
+    assert runner._within(bad, ref, 1.0, 1.0, True) is False

@@ -108,41 +108,65 @@ class WorkloadResult:
         return asdict(self)
 
 
-def _errors(out, ref) -> tuple[float, float]:
-    import torch
-
+def _pairs(out, ref):
     outs = out if isinstance(out, (tuple, list)) else [out]
     refs = ref if isinstance(ref, (tuple, list)) else [ref]
     if len(outs) != len(refs):
         raise ValueError(f"{len(outs)} outputs, expected {len(refs)}")
-    max_abs, num, den = 0.0, 0.0, 0.0
     for o, r in zip(outs, refs):
         if tuple(o.shape) != tuple(r.shape):
             raise ValueError(f"output shape {tuple(o.shape)}, expected {tuple(r.shape)}")
-        d = (o.double() - r.double())
+    return list(zip(outs, refs))
+
+
+def _host(x):
+    """References live in host memory (a real LLM's logits are GBs; the device keeps only the
+    chunk being compared: kforge.verify.contract.chunks)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu")
+    if isinstance(x, (tuple, list)):
+        return type(x)(_host(t) for t in x)
+    return x
+
+
+def _errors(out, ref) -> tuple[float, float]:
+    """Largest absolute error and ||out - ref|| / ||ref||, in float64, a chunk at a time on
+    the output's device."""
+    import torch
+
+    from kforge.verify.contract import chunks
+    max_abs, num, den = 0.0, 0.0, 0.0
+    for o, r in _pairs(out, ref):
         if not torch.isfinite(o).all():
             return float("inf"), float("inf")
-        max_abs = max(max_abs, d.abs().max().item())
-        num += d.pow(2).sum().item()
-        den += r.double().pow(2).sum().item()
+        for _, oc, rc in chunks(o, r, device=o.device):
+            d = oc - rc
+            max_abs = max(max_abs, d.abs().max().item()) if d.numel() else max_abs
+            num += d.pow(2).sum().item()
+            den += rc.pow(2).sum().item()
     return max_abs, (num ** 0.5) / max(den ** 0.5, 1e-30)
 
 
 def _within(out, ref, atol, rtol, scaled: bool) -> bool:
     """Every element within atol + rtol * |ref|; with `scaled`, atol is multiplied by
     max(1, RMS(ref)) as kforge.verify does, so outputs of large magnitude (row sums,
-    logsumexp) get an absolute tolerance relative to their size. NaN / Inf never pass."""
+    logsumexp) get an absolute tolerance relative to their size. NaN / Inf never pass.
+    A chunk at a time on the output's device."""
     import torch
 
-    outs = out if isinstance(out, (tuple, list)) else [out]
-    refs = ref if isinstance(ref, (tuple, list)) else [ref]
-    for o, r in zip(outs, refs):
-        if tuple(o.shape) != tuple(r.shape) or not torch.isfinite(o).all():
+    from kforge.verify.contract import chunks
+    for o, r in _pairs(out, ref):
+        if not torch.isfinite(o).all():
             return False
-        o, r = o.double(), r.double()
-        scale = max(1.0, r.pow(2).mean().sqrt().item()) if scaled else 1.0
-        if not ((o - r).abs() <= atol * scale + rtol * r.abs()).all():
-            return False
+        scale = 1.0
+        if scaled and r.numel():
+            sq = sum(rc.pow(2).sum().item() for _, rc in chunks(r, device=o.device))
+            scale = max(1.0, (sq / r.numel()) ** 0.5)
+        for _, oc, rc in chunks(o, r, device=o.device):
+            if not ((oc - rc).abs() <= atol * scale + rtol * rc.abs()).all():
+                return False
     return True
 
 
@@ -202,7 +226,7 @@ class Runner:
                 for fresh, _ in checks:
                     wide = [x.to(torch.float64) if isinstance(x, torch.Tensor) and
                             x.is_floating_point() else x for x in fresh]
-                    out.append(model64(*wide))
+                    out.append(_host(model64(*wide)))
             return out
         except Exception as exc:      # a model that only runs in fp32 (a dtype check, an op)
             return f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
@@ -217,7 +241,7 @@ class Runner:
         for seed in CHECK_SEEDS:
             fresh = wl.inputs(self.config.scale, self.device, seed)
             with torch.no_grad():
-                checks.append((fresh, model(*fresh)))
+                checks.append((fresh, _host(model(*fresh))))
         return checks
 
     def _check(self, fn, checks, atol=None, rtol=None, f64=None) -> "_CheckResult":
@@ -490,8 +514,8 @@ class _CheckResult:
         for o, r32, r64 in zip(outs, r32s, r64s):
             if not r64.is_floating_point():
                 continue
-            e32 = contract.fp32_error(r32, r64)
-            c = contract.check(o, r64, e32, dtype=r32.dtype)
+            e32 = contract.fp32_error(r32, r64, device=o.device)
+            c = contract.check(o, r64, e32, dtype=r32.dtype, device=o.device)
             self.fp32_err = max(self.fp32_err, e32)
             self.err_vs_f64 = max(self.err_vs_f64, c.max_err)
             self.over_bound += c.bad

@@ -42,11 +42,12 @@ def chunks(*tensors: torch.Tensor, device=None, chunk: int | None = None) -> Ite
                         for f in flats])
 
 
-def fp32_error(fp32: torch.Tensor, ref64: torch.Tensor) -> float:
+def fp32_error(fp32: torch.Tensor, ref64: torch.Tensor, device=None) -> float:
     """E32: the largest |fp32 - ref64| over the elements where the reference is finite (inf
-    where PyTorch's fp32 result is not finite there: it then bounds nothing)."""
+    where PyTorch's fp32 result is not finite there: it then bounds nothing). Computed on
+    `device` (default: the reference's), a chunk at a time."""
     worst = 0.0
-    for _, f, r in chunks(fp32, ref64, device=ref64.device):
+    for _, f, r in chunks(fp32, ref64, device=ref64.device if device is None else device):
         finite = torch.isfinite(r)
         if not finite.any():
             continue
@@ -73,15 +74,16 @@ class ContractResult:
 
 
 def check(out: torch.Tensor, ref64: torch.Tensor, fp32_err: float,
-          dtype: torch.dtype | None = None) -> ContractResult:
-    """Every element of `out` against the bound above. Elements where the reference is not
-    finite are left to the policy's rule (NaN/inf must match there)."""
+          dtype: torch.dtype | None = None, device=None) -> ContractResult:
+    """Every element of `out` against the bound above, on `device` (default: the
+    reference's). Elements where the reference is not finite are left to the policy's rule
+    (NaN/inf must match there)."""
     dt = dtype or out.dtype
     eps = torch.finfo(dt if dt.is_floating_point else torch.float32).eps
     bad = 0
     first = got = expected = None
     max_err = 0.0
-    for start, o, r in chunks(out, ref64, device=ref64.device):
+    for start, o, r in chunks(out, ref64, device=ref64.device if device is None else device):
         finite = torch.isfinite(r)
         err = (o - r).abs()
         bound = torch.clamp(ULP_FLOOR * eps * r.abs(), min=FACTOR * fp32_err)
