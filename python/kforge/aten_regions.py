@@ -13,6 +13,10 @@ values the call receives as operands. Every program is then checked against the 
 reference on random inputs (the same draws verification uses); one that does not match exactly
 enough — a cut that lands inside one aten op's lowering, a reshape the linalg does differently —
 is dropped, with the reason in `regions/aten.json`, and that region keeps its reference.
+A region too large to check on the compiling machine in reasonable time (above
+KFORGE_ATEN_CHECK_GFLOP, default 50 GFLOP: a real LLM's prefill GEMMs are TFLOPs, minutes on a
+CPU) gets its program unchecked; the runtime checks it at its first run, on the model's own
+operands, against the reference (`FirstUseCheck`), and keeps the reference if they differ.
 
 Needs only torch at run time (`AtenProgram`, `load_programs`); building needs the FX graph the
 frontend wrote (`model.fx.json`) and the host plan as kforge-opt wrote it.
@@ -53,6 +57,16 @@ _RESHAPES = {"aten.view.default": "aten.reshape.default",
 # Most alternatives tried when a value's producer is ambiguous (a tuple's items of one shape).
 _MAX_CHOICES = 16
 _CHECK_SEEDS = (11,)          # one draw: a wrong cut differs everywhere; regions are big
+CHECK_GFLOP = 50.0            # default KFORGE_ATEN_CHECK_GFLOP: above it, checked at first use
+
+
+def check_budget_gflop() -> float:
+    import os
+    value = os.environ.get("KFORGE_ATEN_CHECK_GFLOP")
+    try:
+        return float(value) if value else CHECK_GFLOP
+    except ValueError:
+        raise UserError(f"KFORGE_ATEN_CHECK_GFLOP={value!r}: expected a number of GFLOP") from None
 
 
 class _NoProgram(Exception):
@@ -71,11 +85,12 @@ class AtenProgram:
     inputs: tuple
     ops: tuple
     outputs: tuple
+    checked: bool = True        # False: too large to check when compiling; checked at first use
 
     def to_json(self) -> dict:
         return {"schema": PROGRAM_SCHEMA, "version": PROGRAM_VERSION, "region": self.region,
                 "inputs": [list(i) for i in self.inputs], "ops": list(self.ops),
-                "outputs": [list(o) for o in self.outputs]}
+                "outputs": [list(o) for o in self.outputs], "checked": self.checked}
 
     @staticmethod
     def from_json(doc: dict) -> "AtenProgram":
@@ -84,7 +99,8 @@ class AtenProgram:
         return AtenProgram(doc["region"],
                            tuple((n, i, tuple(shape)) for n, i, shape in doc["inputs"]),
                            tuple(doc["ops"]),
-                           tuple((n, item, tuple(shape)) for n, item, shape in doc["outputs"]))
+                           tuple((n, item, tuple(shape)) for n, item, shape in doc["outputs"]),
+                           bool(doc.get("checked", True)))
 
     def callable(self):
         """f(*region_args) -> tuple of the region's results, by torch.ops: Python source made
@@ -388,7 +404,9 @@ def build_programs(regions_dir: str | Path, fx_graph_path: str | Path,
         spec = specs[h] if specs is not None and h in specs else \
             load_spec(regions_dir / f"{h}.json")
         why = _first_program(regions_dir, fx, plan, step, spec, shapes, dtypes)
-        if why:
+        if why.startswith(_DEFERRED):
+            summary[h] = {"program": True, "checked": False, "why": why}
+        elif why:
             entry["why"].append(why)
         else:
             summary[h] = {"program": True}
@@ -400,10 +418,25 @@ def build_programs(regions_dir: str | Path, fx_graph_path: str | Path,
     return doc
 
 
+_DEFERRED = "not checked when compiling"
+
+
 def _first_program(regions_dir, fx, plan, step, spec, shapes, dtypes) -> str:
     try:
         candidates = _Builder(fx, plan, step).build(shapes, dtypes)
         last = "no consistent program"
+        gflop = float(getattr(spec, "flops", 0) or 0) / 1e9
+        budget = check_budget_gflop()
+        if gflop > budget:
+            program = next(iter(candidates), None)
+            if program is None:
+                return last
+            program = AtenProgram(program.region, program.inputs, program.ops, program.outputs,
+                                  checked=False)
+            atomic_write_text(regions_dir / f"{step['call']}.aten.json",
+                              json.dumps(program.to_json()))
+            return (f"{_DEFERRED}: {gflop:.0f} GFLOP is over KFORGE_ATEN_CHECK_GFLOP={budget:g}; "
+                    "checked against the reference at its first run")
         for program in candidates:
             why = check_program(program, spec)
             if not why:
@@ -429,4 +462,36 @@ def _value_types(plan: dict) -> tuple[dict, dict]:
     return shapes, dtypes
 
 
-__all__ = ["AtenProgram", "build_programs", "check_program", "load_programs"]
+class FirstUseCheck:
+    """An unchecked program (`checked` False): its first call also runs the region's reference
+    on the same operands and compares them (`_close`); the program is kept if they agree, else
+    the reference is used from then on, after one warning."""
+
+    def __init__(self, program, reference, region: str):
+        self.program, self.reference, self.region = program, reference, region
+        self.state = "unchecked"        # unchecked | program | reference
+        self.note = ""
+
+    def __call__(self, *args):
+        if self.state == "program":
+            return self.program(*args)
+        if self.state == "reference":
+            return self.reference(*args)
+        want = tuple(self.reference(*args))
+        try:
+            got = tuple(self.program(*args))
+            why = "" if len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want)) \
+                else "its results differ from the reference's"
+        except Exception as exc:  # noqa: BLE001 - any failure of the unchecked program
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if why:
+            import warnings
+            self.state, self.note = "reference", f"aten program of region {self.region} " \
+                f"dropped at its first run ({why}); the region runs its reference"
+            warnings.warn(self.note, RuntimeWarning, stacklevel=2)
+        else:
+            self.state = "program"
+        return want
+
+
+__all__ = ["AtenProgram", "FirstUseCheck", "build_programs", "check_program", "load_programs"]

@@ -144,6 +144,15 @@ class CompiledModel:
         for h, spec in self.package.specs.items():
             if h in self.kernels or is_kernel_fallback(spec):
                 continue          # a kernel-backed fallback's reference is PyTorch's op already
+            if h in programs and not programs[h].checked and spec.args:
+                # too large to check when compiling: checked at its first run (FirstUseCheck)
+                from kforge.aten_regions import FirstUseCheck
+                program = programs[h].callable()
+                if compile_them:
+                    program = _CompiledReference(program, h, tolerance)
+                self.references[h] = FirstUseCheck(program, reference_fn(spec), h)
+                self.aten_regions.add(h)
+                continue
             if h in programs:
                 fn = programs[h].callable()
                 self.aten_regions.add(h)

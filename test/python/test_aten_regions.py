@@ -122,3 +122,65 @@ def test_program_documents_round_trip_and_refuse_other_schemas():
     from kforge.errors import UserError
     with pytest.raises(UserError, match="not a kforge.aten-program"):
         AtenProgram.from_json({"schema": "something-else"})
+
+
+def test_regions_over_the_check_budget_are_checked_at_their_first_run(tmp_path, kforge_opt,
+                                                                       monkeypatch):
+    """A real LLM's prefill regions are TFLOPs: too slow to check on the compiling CPU. Over
+    KFORGE_ATEN_CHECK_GFLOP their programs are written unchecked, and the first run checks
+    them against the reference on the model's own operands: a right program is kept, a wrong
+    one is dropped with a warning, and the results are right either way."""
+    from kforge.aten_regions import FirstUseCheck
+    from kforge.reference import reference_fn
+    from kforge.spec import load_spec
+    model, x, imported, regions = _regions(tmp_path)
+    monkeypatch.setenv("KFORGE_ATEN_CHECK_GFLOP", "0")
+    summary = build_programs(regions, imported.fx_graph_path)
+    entries = summary["regions"].values()
+    assert entries and all(e["program"] and e["checked"] is False and
+                           "KFORGE_ATEN_CHECK_GFLOP=0" in e["why"] for e in entries), summary
+    programs = load_programs(regions)
+    assert programs and not any(p.checked for p in programs.values())
+
+    def wrapped(programs):
+        return {h: FirstUseCheck(p.callable(), reference_fn(load_spec(regions / f"{h}.json")), h)
+                for h, p in programs.items()}
+
+    refs = wrapped(programs)
+    with torch.no_grad():
+        got = _run(regions, imported, model, x, refs)
+    torch.testing.assert_close(got, model(x), atol=1e-5, rtol=1e-5)
+    assert {r.state for r in refs.values()} == {"program"}
+    # a program that computes something else (an add made a sub): its first run catches it
+    h, bad = next((h, p) for h, p in programs.items()
+                  if any(op["op"] == "aten.add.Tensor" for op in p.ops))
+    doc = bad.to_json()
+    next(op for op in doc["ops"] if op["op"] == "aten.add.Tensor")["op"] = "aten.sub.Tensor"
+    programs[h] = AtenProgram.from_json(doc)
+    refs = wrapped(programs)
+    with pytest.warns(RuntimeWarning, match=f"aten program of region {h} dropped"):
+        with torch.no_grad():
+            got = _run(regions, imported, model, x, refs)
+    torch.testing.assert_close(got, model(x), atol=1e-5, rtol=1e-5)
+    assert refs[h].state == "reference"
+
+
+def test_a_package_runs_unchecked_programs_through_their_first_use_check(tmp_path, kforge_opt,
+                                                                          monkeypatch):
+    from pathlib import Path
+
+    from kforge.aten_regions import FirstUseCheck
+    from kforge.build import compile_model
+    from kforge.runtime import eager_outputs, load_model_file, load_package
+    from kforge.synth import SynthOptions
+    monkeypatch.setenv("KFORGE_ATEN_CHECK_GFLOP", "0")
+    model = Path(__file__).resolve().parents[2] / "examples" / "gemm_layernorm_residual.py"
+    compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", rounds=0))
+    compiled = load_package(tmp_path / "pkg", use_kernels=False)
+    assert compiled.references and all(isinstance(r, FirstUseCheck)
+                                       for r in compiled.references.values())
+    _, inputs = load_model_file(model, with_model=False, seed=3)
+    got = compiled(*inputs)
+    torch.testing.assert_close(got, eager_outputs(compiled.package, inputs), atol=1e-5,
+                               rtol=1e-5)
+    assert {r.state for r in compiled.references.values()} == {"program"}
