@@ -50,4 +50,31 @@ def _attention_fake(q, k, v, mask, sinks, scale):
     return q.new_empty(q.shape[:-1] + (v.shape[-1],))
 
 
-__all__ = ["attention_reference"]
+# Attention over a KV cache plus the step's new keys and values, without their concatenation:
+#   attention_kv(q, k, k_new, v, v_new, mask, sinks, scale)
+#     = attention(q, cat([k, k_new], -2), cat([v, v_new], -2), mask, sinks, scale)
+# where `attention` is SDPA (mask boolean or additive; a row with every key masked gives 0) when
+# sinks is None, else kforge.attention above. kforge.frontend.attention_patterns puts it where a
+# decoding step appends to its cache only to attend over it (transformers' DynamicCache), so the
+# kernel reads the cache where it lies instead of a copy of it.
+_LIB.define("attention_kv(Tensor q, Tensor k, Tensor k_new, Tensor v, Tensor v_new, Tensor? mask, "
+            "Tensor? sinks, float scale) -> Tensor")
+
+
+def attention_kv_reference(q, k, k_new, v, v_new, mask, sinks, scale: float):
+    keys, values = torch.cat([k, k_new], dim=-2), torch.cat([v, v_new], dim=-2)
+    if sinks is not None:
+        return attention_reference(q, keys, values, mask, sinks, scale)
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, keys, values, attn_mask=mask, scale=scale, enable_gqa=keys.shape[1] != q.shape[1])
+
+
+_LIB.impl("attention_kv", attention_kv_reference, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("kforge::attention_kv", lib=_LIB)
+def _attention_kv_fake(q, k, k_new, v, v_new, mask, sinks, scale):
+    return q.new_empty(q.shape[:-1] + (v.shape[-1],))
+
+
+__all__ = ["attention_kv_reference", "attention_reference"]

@@ -29,8 +29,10 @@ from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, HostPlan, Ke
 
 ATTENTION = "aten.scaled_dot_product_attention"
 SINK_ATTENTION = "kforge.attention"          # kforge.attention_op: attention with sinks
+ATTENTION_KV = "kforge.attention_kv"         # kforge.attention_op: over a cache + new keys
 MOE = "kforge.moe_experts"                   # kforge.moe_op: experts over routed tokens
-KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention", MOE: "moe"}
+KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention",
+                    ATTENTION_KV: "attention", MOE: "moe"}
 
 
 def attention_flops(q_shape, k_shape) -> int:
@@ -74,7 +76,10 @@ def _region_of(plan: HostPlan, step: FallbackOp, kind: str) -> KernelSpec:
         values.append(Value(f"v{j}", tuple(t.shape), t.dtype))
     op = FallbackOp(step.name, tuple(renamed[o] for o in step.operands),
                     tuple(v.name for v in values), step.args, step.symbol)
-    flops = attention_flops(args[0].shape, args[1].shape) if kind == "attention" else \
+    k_shape = args[1].shape
+    if step.name == ATTENTION_KV and len(args) > 2:        # the cache, then the new keys
+        k_shape = k_shape[:-2] + ((k_shape[-2] or 0) + (args[2].shape[-2] or 0), k_shape[-1])
+    flops = attention_flops(args[0].shape, k_shape) if kind == "attention" else \
         moe_flops(*(a.shape for a in args[:6])) if kind == "moe" and len(args) >= 6 else 0
     elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}
     min_bytes = sum(_numel(t.shape) * elem.get(t.dtype, 4) for t in args + values)
@@ -117,7 +122,8 @@ def attention_parameters(spec: KernelSpec) -> dict:
     sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
     enable_gqa=False)."""
     op = spec.ops[0]
-    if not isinstance(op, FallbackOp) or op.name not in (ATTENTION, SINK_ATTENTION):
+    if not isinstance(op, FallbackOp) or op.name not in (ATTENTION, SINK_ATTENTION,
+                                                         ATTENTION_KV):
         raise ValueError(f"{spec.name} is not an attention region")
     from kforge.fallbacks import build_args
     markers = [f"@{i}" for i in range(len(op.operands))]
@@ -125,20 +131,25 @@ def attention_parameters(spec: KernelSpec) -> dict:
     if op.name == SINK_ATTENTION:       # attention(q, k, v, mask, sinks, scale)
         names = ["query", "key", "value", "attn_mask", "sinks", "scale"]
         defaults = [None, None, None, None, None, None]
+    elif op.name == ATTENTION_KV:       # attention_kv(q, k, k_new, v, v_new, mask, sinks, scale)
+        names = ["query", "key", "key_new", "value", "value_new", "attn_mask", "sinks", "scale"]
+        defaults = [None] * 8
     else:
         names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                  "enable_gqa"]
         defaults = [None, None, None, None, 0.0, False, None, False]
     values = dict(zip(names, defaults))
     values.update(zip(names, args))
-    if op.name == SINK_ATTENTION:       # its k and v may have fewer heads than q
+    if op.name in (SINK_ATTENTION, ATTENTION_KV):   # k and v may have fewer heads than q
         values["enable_gqa"] = True
+    values.setdefault("key_new", None)
+    values.setdefault("value_new", None)
     tensor_index = {m: i for i, m in enumerate(markers)}
     values.setdefault("sinks", None)
     values.setdefault("dropout_p", 0.0)
     values.setdefault("is_causal", False)
     values.setdefault("enable_gqa", False)
-    for key in ("query", "key", "value", "attn_mask", "sinks"):
+    for key in ("query", "key", "key_new", "value", "value_new", "attn_mask", "sinks"):
         v = values[key]
         values[key] = tensor_index.get(v) if isinstance(v, str) else None
     return values
@@ -174,6 +185,6 @@ def compare_with_pytorch(entry: dict, spec, target: str) -> dict:
     return entry
 
 
-__all__ = ["ATTENTION", "KERNEL_FALLBACKS", "promote", "promote_regions_dir",
+__all__ = ["ATTENTION", "ATTENTION_KV", "KERNEL_FALLBACKS", "promote", "promote_regions_dir",
            "attention_parameters", "attention_flops", "compare_with_pytorch",
            "is_kernel_fallback"]

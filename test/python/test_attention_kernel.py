@@ -332,6 +332,49 @@ def test_reference_sinks_match_gpt_oss_eager():
 
 # ------------------------------------------------------------------------------------------------
 # KForge's rules for a candidate
+# a KV cache and the step's new keys as two operands (kv_append), never concatenated:
+# (B, Hq, Hkv, Sq, cached, new, D, options)
+KV_APPEND = {
+    "decode_bool_mask_gqa_packed": ((2, 4, 2, 1, 37, 1, 16), dict(mask="bool", pack_gqa=True)),
+    "decode_cache_a_block_multiple": ((1, 2, 2, 1, 32, 1, 16), dict(mask="additive")),
+    "several_new_causal": ((1, 2, 2, 5, 20, 5, 16), dict(causal=True)),
+    "sinks_window": ((2, 4, 2, 3, 40, 3, 32), dict(sinks=True, causal=True, window=9)),
+    "empty_cache": ((1, 2, 2, 4, 0, 4, 16), dict(causal=True)),
+    "one_cached_one_new": ((1, 2, 1, 1, 1, 1, 16), dict(mask="bool")),
+    "bf16": ((2, 4, 2, 1, 45, 1, 32), dict(dtype="bf16", dot_precision="bf16", mask="bool")),
+}
+
+
+@pytest.mark.parametrize("name", list(KV_APPEND))
+def test_kv_append_reads_the_cache_and_the_new_keys_in_place(name):
+    (B, Hq, Hkv, Sq, C, N, D), opts = KV_APPEND[name]
+    opts = dict(opts)
+    dtype, mask_kind = opts.pop("dtype", "fp32"), opts.pop("mask", None)
+    sinks = opts.pop("sinks", False)
+    q, k, v = _inputs(B, Hq, Hkv, Sq, C, D, dtype, seed=7)
+    _, kn, vn = _inputs(B, Hq, Hkv, Sq, N, D, dtype, seed=8)
+    g = torch.Generator().manual_seed(9)
+    mask = None
+    if mask_kind == "bool":
+        mask = torch.rand(B, 1, Sq, C + N, generator=g) > 0.3
+    elif mask_kind == "additive":
+        mask = torch.randn(B, 1, Sq, C + N, generator=g)
+    s = torch.randn(Hq, generator=g) if sinks else None
+    mod = _module(head_dim=D, mask=mask_kind, sinks=sinks, gqa_group=Hq // Hkv, dtype=dtype,
+                  kv_append=True, **opts)
+    args = [q, k, kn, v, vn] + ([mask] if mask is not None else []) + ([s] if sinks else [])
+    (out,) = mod.launch(*args)
+    ref = reference_attention(q.double(), torch.cat([k, kn], 2).double(),
+                              torch.cat([v, vn], 2).double(),
+                              mask=None if mask is None else
+                              (mask if mask.dtype == torch.bool else mask.double()),
+                              causal=opts.get("causal", False), window=opts.get("window"),
+                              sinks=None if s is None else s.double())
+    _assert_close(out, ref, TOL[dtype])
+    with pytest.raises(ValueError, match="do not match the cache"):
+        mod.launch(q, k, kn[..., : D // 2], v, vn[..., : D // 2], *args[5:])
+
+
 def test_sources_pass_static_checks():
     combos = itertools.product([False, True], [None, 8], [None, "bool", "additive"],
                                [False, True], [1, 4], ["fp32", "bf16", "fp16"],
@@ -340,7 +383,8 @@ def test_sources_pass_static_checks():
     for causal, window, mask, sinks, gqa, dtype, dot, interp in combos:
         src = attention_source(head_dim=80 if gqa == 4 else 64, causal=causal, window=window,
                                mask=mask, sinks=sinks, gqa_group=gqa, dtype=dtype,
-                               dot_precision=dot, interpret=interp, pack_gqa=gqa > 1)
+                               dot_precision=dot, interpret=interp, pack_gqa=gqa > 1,
+                               kv_append=interp)
         assert static_check(src) == [], src
         compile(src, "<attention>", "exec")
         n += 1

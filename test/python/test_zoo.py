@@ -96,14 +96,20 @@ def test_zoo_llm_decode_step_against_a_kv_cache(name, tmp_path, kforge_opt, monk
     assert all(r["status"] == "verified" for r in doc["regions"]), doc["regions"]
     assert any(r.get("root_kind") == "moe" for r in doc["regions"]) == (name == "gpt_oss_20b")
     compiled = load_package(tmp_path / "pkg")
-    # attention (one region: both layers are alike) reads the 2 kv heads for its 4 query
-    # heads (no repeat_kv copy), and no cache is appended to an empty tensor: one cat per key
-    # and value and layer is left (the others are RoPE's rotate_half)
+    # attention reads the cache where it lies: its 2 kv heads for the 4 query heads (no
+    # repeat_kv copy), the 24 cached keys (gpt-oss's sliding layers keep the last 7) and the
+    # step's own as two operands (no concatenation), verified like every region
     attention = [s for s in compiled.package.specs.values() if s.root_kind == "attention"]
-    assert attention and all(s.args[0].shape[1] == 4 and s.args[1].shape[1] == 2
-                             for s in attention), [s.args for s in attention]
-    fallbacks = doc["coverage"]["fallback_ops"]
-    assert next(r["count"] for r in fallbacks if r["name"] == "aten.cat") <= 4 + 5
+    assert attention and all(
+        s.ops[0].name == "kforge.attention_kv" and s.args[0].shape[1] == 4 and
+        s.args[1].shape[:2] == (4, 2) and s.args[2].shape == (4, 2, 1, 16)
+        for s in attention), [(s.ops[0].name, s.args) for s in attention]
+    assert {s.args[1].shape[2] for s in attention} == ({24, 7} if name == "gpt_oss_20b" else {24})
+    assert set(compiled.kernels) >= {s.hash for s in attention}
+    # what cats are left are RoPE's (rotate_half, the frequencies), not the cache's
+    cats = [s for s in compiled.package.plan.steps if getattr(s, "name", "") == "aten.cat"]
+    assert all(len(compiled.package.plan.tensor(s.results[0]).shape) < 4 or
+               compiled.package.plan.tensor(s.results[0]).shape[2] == 1 for s in cats)
     _, inputs = load_model_file(path, with_model=False, seed=5)
     assert inputs[0].shape[1] == 1 and len(inputs) == 1 + 2 * 2      # 2 layers, k and v
     got = compiled(*inputs)

@@ -169,6 +169,9 @@ def fuse_sink_attention(graph_module) -> int:
 # gqa_group, pack_gqa). `simplify_kv_cache` removes both: cat operands without elements are
 # dropped (a cat left with one operand is that operand), and a repeat_kv feeding attention is
 # undone (SDPA gets enable_gqa=True; kforge.attention reads kv head h // R for query head h).
+# Then an attention whose keys and values are cat([cache, new], -2), read by nothing else,
+# becomes kforge.attention_kv(q, k_cache, k_new, v_cache, v_new, ...): the kernel reads the
+# cache in place rather than a copy with the new token appended.
 
 _ATTENTION = (aten.scaled_dot_product_attention.default,)
 
@@ -256,16 +259,71 @@ def _fold_repeat_kv(graph) -> int:
     return folded
 
 
+def _appended(node):
+    """(cache, new) where `node` is cat([cache, new], -2) of 4-d tensors that only attention
+    reads, else None."""
+    if not (isinstance(node, torch.fx.Node) and node.target == aten.cat.default):
+        return None
+    parts = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    shape = _shape(node)
+    if len(parts) != 2 or shape is None or len(shape) != 4 or dim not in (2, -2):
+        return None
+    if any(_shape(x) is None or len(_shape(x)) != 4 for x in parts):
+        return None
+    return tuple(parts)
+
+
+def _fuse_kv_append(graph) -> int:
+    """attention(q, cat([k, k_new]), cat([v, v_new]), ...) -> kforge.attention_kv when the cats
+    feed nothing else: SDPA without dropout or is_causal, and kforge.attention."""
+    fused = 0
+    kforge_attention = torch.ops.kforge.attention.default
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _ATTENTION + (kforge_attention,):
+            continue
+        k, v = node.args[1], node.args[2]
+        ka, va = _appended(k), _appended(v)
+        if ka is None or va is None or len(k.users) != 1 or len(v.users) != 1 or k is v:
+            continue
+        if node.target == kforge_attention:
+            q, _, _, mask, sinks, scale = node.args
+        else:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                     "enable_gqa")
+            params = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
+                      "enable_gqa": False, **dict(zip(names, node.args)), **node.kwargs}
+            if params["dropout_p"] or params["is_causal"]:
+                continue
+            q, mask, sinks = node.args[0], params["attn_mask"], None
+            scale = params["scale"]
+            if scale is None:
+                scale = _shape(q)[-1] ** -0.5
+            qs, ks = _shape(q), _shape(k)
+            if ks[1] != qs[1] and not params["enable_gqa"]:
+                continue
+        with graph.inserting_before(node):
+            new = graph.call_function(torch.ops.kforge.attention_kv.default,
+                                      (q, ka[0], ka[1], va[0], va[1], mask, sinks, float(scale)))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        fused += 1
+    return fused
+
+
 def simplify_kv_cache(graph_module) -> dict:
     """The rewrites above on a decomposed graph; returns how many of each were made."""
     import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
     graph = graph_module.graph
     done = {"empty_cat_operands": _drop_empty_cat_operands(graph),
             "repeat_kv_folded": _fold_repeat_kv(graph)}
-    if any(done.values()):
-        _drop_orphan_asserts(graph)
-        graph.eliminate_dead_code()
-        graph_module.recompile()
+    _drop_orphan_asserts(graph)         # the undone copies go: their cats have one user left
+    graph.eliminate_dead_code()
+    done["kv_append_fused"] = _fuse_kv_append(graph)
+    _drop_orphan_asserts(graph)
+    graph.eliminate_dead_code()
+    graph_module.recompile()
     return done
 
 

@@ -170,20 +170,25 @@ def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, M, S,
+def _attn_fwd(Q, K, V, O, M, S, K2, V2,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
               stride_mb, stride_mh, stride_mm, stride_mn,
-              Sq, Skv, n_head_prog,
+              stride_k2b, stride_k2h, stride_k2n, stride_k2d,
+              stride_v2b, stride_v2h, stride_v2n, stride_v2d,
+              Sq, Skv, C, n_head_prog,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, GQA: tl.constexpr, PACK: tl.constexpr,
               QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr, CAUSAL: tl.constexpr,
               WINDOW: tl.constexpr, MASK_KIND: tl.constexpr, HAS_SINKS: tl.constexpr,
               SINK_SCALE: tl.constexpr, QK_PREC: tl.constexpr, PV_PREC: tl.constexpr,
               LOWP: tl.constexpr, CAST_Q: tl.constexpr, CAST_KV: tl.constexpr,
-              CHAIN_PV: tl.constexpr, ZERO_EMPTY: tl.constexpr, INTERP: tl.constexpr):
+              CHAIN_PV: tl.constexpr, ZERO_EMPTY: tl.constexpr, INTERP: tl.constexpr,
+              TWO: tl.constexpr):
+    # TWO: keys [0, C) are K/V, keys [C, Skv) are K2/V2 at index j - C (a KV cache and the
+    # step's new keys, never concatenated); without it C == Skv and K2/V2 are unused
     # program -> (row tile, batch, head group); row tiles of one (b, head) are adjacent so that
     # they share K/V in L2; with CAUSAL the heaviest tile of each (b, head) goes first
     G: tl.constexpr = GQA if PACK else 1          # query heads per program
@@ -227,6 +232,10 @@ def _attn_fwd(Q, K, V, O, M, S,
         q = q.to(LOWP)
     k_base = K + b64 * stride_kb + hkv.to(tl.int64) * stride_kh
     v_base = V + b64 * stride_vb + hkv.to(tl.int64) * stride_vh
+    # the new keys, addressed by absolute key index j (their row j - C)
+    # (C * stride: a cache's length times a row's stride; C may be a specialized constant)
+    k2_base = K2 + b64 * stride_k2b + hkv.to(tl.int64) * stride_k2h - C * stride_k2n
+    v2_base = V2 + b64 * stride_v2b + hkv.to(tl.int64) * stride_v2h - C * stride_v2n
     mask_rows = M + b64 * stride_mb + head64 * stride_mh + row64 * stride_mm
 
     if HAS_SINKS:
@@ -252,28 +261,40 @@ def _attn_fwd(Q, K, V, O, M, S,
         full_lo = tl.maximum(lo, i_max + off - WINDOW + 1)
     lo = (lo // BLOCK_N) * BLOCK_N                 # blocks start at multiples of BLOCK_N
     hi = tl.maximum(hi, lo)                        # (no key at all: causal with Sq > Skv)
+    hi_all = hi
+    if TWO:                                        # the loops below cover the cache only
+        hi = tl.maximum(tl.minimum(hi, C), lo)
+        full_hi = tl.minimum(full_hi, C)
     # masked [lo, mid_lo), unmasked [mid_lo, mid_hi), masked [mid_hi, hi)
     mid_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), hi)
     mid_hi = tl.maximum(tl.minimum((full_hi // BLOCK_N) * BLOCK_N, hi), mid_lo)
 
     for start_n in range(lo, mid_lo, BLOCK_N):
         acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
-                                   start_n, Skv, off, stride_kn, stride_kd, stride_vn, stride_vd,
+                                   start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
                                    USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
                                    CAST_KV, CHAIN_PV, INTERP)
     for start_n in range(mid_lo, mid_hi, BLOCK_N):
         acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
-                                   start_n, Skv, off, stride_kn, stride_kd, stride_vn, stride_vd,
+                                   start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, False, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
                                    USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
                                    CAST_KV, CHAIN_PV, INTERP)
     for start_n in range(mid_hi, hi, BLOCK_N):
         acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
-                                   start_n, Skv, off, stride_kn, stride_kd, stride_vn, stride_vd,
+                                   start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
                                    USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
                                    CAST_KV, CHAIN_PV, INTERP)
+
+    if TWO:                                        # the new keys, every block bounded
+        for start_n in range(C, hi_all, BLOCK_N):
+            acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k2_base, v2_base, mask_rows, row_i,
+                                       row_ok, start_n, Skv, off, stride_k2n, stride_k2d,
+                                       stride_v2n, stride_v2d, stride_mn, True, BLOCK_N, BLOCK_D,
+                                       HEAD_DIM, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
+                                       QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
 
     if ZERO_EMPTY:
         l_i = tl.where(l_i == 0.0, 1.0, l_i)       # no key kept: acc is 0, the row is 0
@@ -302,23 +323,40 @@ def launch({params}):
     if q.dtype != DTYPE or k.dtype != DTYPE or v.dtype != DTYPE:
         raise ValueError(f"q, k, v must be {{DTYPE}}")
     o = torch.empty_like(q)
-{mask_code}{sink_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
+{kv_code}{mask_code}{sink_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
     _attn_fwd[grid](
-        q, k, v, o, m, s,
+        q, k, v, o, m, s, k2, v2,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3),
         k.stride(0), k.stride(1), k.stride(2), k.stride(3),
         v.stride(0), v.stride(1), v.stride(2), v.stride(3),
         o.stride(0), o.stride(1), o.stride(2), o.stride(3),
         msb, msh, msm, msn,
-        SQ, SKV, HQ // HEAD_GROUP,
+        k2.stride(0), k2.stride(1), k2.stride(2), k2.stride(3),
+        v2.stride(0), v2.stride(1), v2.stride(2), v2.stride(3),
+        SQ, SKV, C, HQ // HEAD_GROUP,
         HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
         GQA=GQA_GROUP, PACK=PACK_GQA, QK_SCALE=QK_SCALE, USE_EXP2=USE_EXP2, CAUSAL=CAUSAL,
         WINDOW=WINDOW, MASK_KIND=MASK_KIND, HAS_SINKS=HAS_SINKS, SINK_SCALE=SINK_SCALE,
         QK_PREC=QK_PREC, PV_PREC=PV_PREC, LOWP=LOWP, CAST_Q=CAST_Q, CAST_KV=CAST_KV,
-        CHAIN_PV=CHAIN_PV, ZERO_EMPTY=ZERO_EMPTY, INTERP=INTERPRET,
+        CHAIN_PV=CHAIN_PV, ZERO_EMPTY=ZERO_EMPTY, INTERP=INTERPRET, TWO=KV_APPEND,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return (o,)
+'''
+
+_KV_CODE = '''    # the step's new keys and values, appended to the cache without a copy
+    if k_new.dim() != 4 or v_new.dim() != 4 or k_new.shape != v_new.shape or \\
+            k_new.shape[:2] != k.shape[:2] or k_new.shape[3] != HEAD_DIM:
+        raise ValueError(f"k_new {tuple(k_new.shape)} / v_new {tuple(v_new.shape)} do not "
+                         f"match the cache {tuple(k.shape)}")
+    if k_new.dtype != DTYPE or v_new.dtype != DTYPE:
+        raise ValueError(f"k_new, v_new must be {DTYPE}")
+    C = SKV
+    SKV = C + k_new.shape[2]
+    k2, v2 = k_new, v_new
+'''
+_NO_KV_CODE = '''    C = SKV
+    k2, v2 = k, v                        # unused
 '''
 
 _MASK_CODE = '''    if mask.dim() > 4:
@@ -351,11 +389,15 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
                      gqa_group: int = 1, dtype: str = "fp32", dot_precision: str = "ieee",
                      block_m: int = 64, block_n: int = 64, num_warps: int = 4,
                      num_stages: int = 2, interpret: bool = False, fp32_dot: str = "tf32x3",
-                     pack_gqa: bool = False, masked_rows: str = "zero") -> str:
+                     pack_gqa: bool = False, masked_rows: str = "zero",
+                     kv_append: bool = False) -> str:
     """The source of a KForge candidate computing attention with these baked options.
 
     `launch(q, k, v[, mask][, sinks])` (mask when `mask` is set, sinks when `sinks`) returns
-    (out,). See the module docstring for the semantics and precision policies."""
+    (out,). With `kv_append`, `launch(q, k, k_new, v, v_new[, mask][, sinks])`: the keys are
+    k's followed by k_new's along the sequence (a KV cache and the step's own keys), read where
+    they lie, never concatenated; masks and causality index the whole sequence. See the module
+    docstring for the semantics and precision policies."""
     _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
     _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     _check(dot_precision in DOT_PRECISIONS,
@@ -415,8 +457,10 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         (f"CHAIN_PV = {bf16}", "p@v accumulated inside the dot (bf16 policy)"),
         (f"ZERO_EMPTY = {masked_rows == 'zero'}", "rows with no key kept: 0 (else NaN)"),
         (f"INTERPRET = {bool(interpret)}", "Triton interpreter: dots widened to fp32"),
+        (f"KV_APPEND = {bool(kv_append)}", "keys: k then k_new (a cache and the new ones)"),
     ]
-    params = ["q", "k", "v"] + (["mask"] if mask else []) + (["sinks"] if sinks else [])
+    params = (["q", "k", "k_new", "v", "v_new"] if kv_append else ["q", "k", "v"]) + \
+        (["mask"] if mask else []) + (["sinks"] if sinks else [])
     feats = [f"D={head_dim}", dtype, f"dot={dot_precision}"]
     if causal:
         feats.append("causal")
@@ -428,6 +472,8 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         feats.append("sinks")
     if gqa_group > 1:
         feats.append(f"gqa={gqa_group}")
+    if kv_append:
+        feats.append("kv append")
     header = textwrap.dedent(f'''\
         """Flash-attention forward, generated by kforge.kernels.attention.
 
@@ -444,6 +490,7 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         ''')
     launch = _LAUNCH.format(
         params=", ".join(params), doc=f"launch({', '.join(params)})",
+        kv_code=_KV_CODE if kv_append else _NO_KV_CODE,
         mask_code=_MASK_CODE if mask else _NO_MASK_CODE,
         sink_code=_SINK_CODE if sinks else _NO_SINK_CODE)
     lines = [f"{a.ljust(26)}  # {c}" if c else a for a, c in consts]

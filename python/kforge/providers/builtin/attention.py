@@ -15,7 +15,7 @@ Each precision scheme is tried over the target's tile configurations
 """
 from __future__ import annotations
 
-from kforge.kernel_fallbacks import ATTENTION, SINK_ATTENTION, attention_parameters
+from kforge.kernel_fallbacks import ATTENTION, ATTENTION_KV, SINK_ATTENTION, attention_parameters
 from kforge.providers.builtin.emitter import CannotGenerate
 
 # MLIR element types the generators take, and each policy's precision schemes, in order (the
@@ -31,17 +31,22 @@ PRECISION_SCHEMES = {
 
 def is_attention(spec) -> bool:
     return getattr(spec, "root_kind", "") == "attention" and len(spec.ops) == 1 and \
-        getattr(spec.ops[0], "name", "") in (ATTENTION, SINK_ATTENTION)
+        getattr(spec.ops[0], "name", "") in (ATTENTION, SINK_ATTENTION, ATTENTION_KV)
 
 
 def _options(spec, target) -> dict:
     """attention_source keywords fixed by the region (everything but tiles and precision)."""
     p = attention_parameters(spec)
-    if p["query"] != 0 or p["key"] != 1 or p["value"] != 2:
-        raise CannotGenerate("attention: q, k, v must be the first three operands")
-    # the kernel's launch takes (q, k, v[, mask][, sinks]): the operands must come in that order
+    kv_append = p["key_new"] is not None
+    # the kernel's launch takes (q, k, v[, mask][, sinks]), or (q, k, k_new, v, v_new[, mask]
+    # [, sinks]) over a cache and the new keys: the operands must come in that order
+    head = [p["query"], p["key"], p["key_new"], p["value"], p["value_new"]] if kv_append \
+        else [p["query"], p["key"], p["value"]]
+    if head != list(range(len(head))):
+        raise CannotGenerate("attention: q, k, v must be the first operands")
     order = [i for i in (p["attn_mask"], p["sinks"]) if i is not None]
-    if order != list(range(3, 3 + len(order))) or len(spec.args) != 3 + len(order):
+    n = len(head)
+    if order != list(range(n, n + len(order))) or len(spec.args) != n + len(order):
         raise CannotGenerate("attention: unexpected operand order")
     q, k = spec.args[0], spec.args[1]
     if len(q.shape) != 4 or any(s is None for s in q.shape + k.shape):
@@ -49,10 +54,15 @@ def _options(spec, target) -> dict:
     if float(p["dropout_p"] or 0.0) != 0.0:
         raise CannotGenerate("attention with dropout")
     dtype = OPERAND_DTYPES.get(q.dtype)
-    if dtype is None or any(a.dtype != q.dtype for a in spec.args[1:3]):
+    if dtype is None or any(a.dtype != q.dtype for a in spec.args[1:n]):
         raise CannotGenerate(f"attention on {q.dtype} operands")
     b, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
+    if kv_append:
+        new = spec.args[2]
+        if len(new.shape) != 4 or any(s is None for s in new.shape):
+            raise CannotGenerate("attention: only static 4-d new keys are supported")
+        skv += new.shape[2]
     if p["enable_gqa"]:
         if hq % hkv:
             raise CannotGenerate("attention: query heads not a multiple of kv heads")
@@ -81,7 +91,7 @@ def _options(spec, target) -> dict:
         raise CannotGenerate("attention: sinks must be one float per query head")
     return {"head_dim": d, "causal": bool(p["is_causal"]), "scale": p["scale"], "mask": mask,
             "gqa_group": group, "dtype": dtype, "interpret": target.name == "cpu",
-            "sinks": sinks, "_seq_q": sq}
+            "sinks": sinks, "kv_append": kv_append, "_seq_q": sq}
 
 
 def attention_space(spec, target, precision: str) -> list[dict]:

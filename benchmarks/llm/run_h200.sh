@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 12's H200 run (device machine: torch, triton, transformers from the carried wheel; no
+# MLIR): the LLM inference workloads of benchmarks/models (llama3_8b, gpt_oss_20b), prefill and
+# decode, strict and bf16. Packages are built here first (where MLIR and torch-mlir are):
+#
+#   KFORGE_ZOO_SIZE=real PRECISION=strict,bf16 OUT=.carry/llm benchmarks/build_packages.sh \
+#       benchmarks/models/llama3_8b.py benchmarks/models/gpt_oss_20b.py
+#
+# and carried as .carry/llm (weights stripped: the bench binds each package to the live model).
+# Steps, each bounded so that one device call (10 minutes) holds them; STEPS picks a subset:
+#   moe      the grouped MoE kernel against the PyTorch grouping (benchmarks/moe/bench_moe.py)
+#   tune     verify (and, with ROUNDS>0, tune) every package's candidate kernels on the GPU,
+#            several packages at a time, admitted by free GPU memory; tuned.tgz comes back
+#   compile  warm Inductor for the torch.compile routes in parallel (cold times recorded)
+#   bench    `kforge bench` on the LLM workloads with the packages: eager / torch.compile
+#            (default and max-autotune-no-cudagraphs) on the fp32 model and on the model cast to
+#            bf16, KForge strict and bf16; tokens/s, correctness, where KForge's time goes
+# Writes env.txt, moe.json, tune.log, tuned.tgz, precompile.log, bench.{json,md,png},
+# bench.log under $OUT. KFORGE_LLM_LAYERS / _BATCH / _SEQ / _CONTEXT change the shapes (the
+# packages must have been built with the same ones).
+set -uo pipefail
+source "$(dirname "$0")/../device_env.sh"
+PACKAGES="${PACKAGES:-.carry/llm}"
+STEPS="${STEPS:-moe tune compile bench}"
+WORKLOADS="${WORKLOADS:-benchmarks/models/llama3_8b.py benchmarks/models/gpt_oss_20b.py}"
+POLICIES="${POLICIES:-strict,bf16}"
+BUDGET_S="${BUDGET_S:-560}"                  # this call's whole budget
+export KFORGE_ZOO_SIZE="${KFORGE_ZOO_SIZE:-real}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  $PY -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
+  env | grep '^KFORGE_' | sort
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+left() { echo $(( START + BUDGET_S - $(date +%s) )); }
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+if has moe; then
+  timeout "${MOE_S:-90}" $PY benchmarks/moe/bench_moe.py --out "$OUT/moe.json" > "$OUT/moe.log" 2>&1
+  tail -12 "$OUT/moe.log"
+fi
+if has tune; then
+  $PY -m kforge.bench.packages --tune --out "$PACKAGES" --jobs "${TUNE_JOBS:-6}" --gpus 1 \
+    --rounds "${ROUNDS:-0}" --timeout "${TUNE_TIMEOUT:-300}" \
+    --deadline "$(( START + ${TUNE_DEADLINE_S:-330} ))" --precision "$POLICIES" $WORKLOADS \
+    > "$OUT/tune.log" 2>&1
+  tail -20 "$OUT/tune.log"
+  tar czf "$OUT/tuned.tgz" --exclude='*.safetensors' "$PACKAGES"
+fi
+if has compile; then
+  # both torch.compile modes of the matched routes are compiled again by the bench; this
+  # pre-pass only warms the shared caches, on 16 CPUs at once
+  timeout "$(( $(left) / 2 ))" $PY -m kforge.bench.precompile --out "$OUT/compile-times" \
+    --jobs 4 --timeout 240 $WORKLOADS > "$OUT/precompile.log" 2>&1
+  tail -6 "$OUT/precompile.log"
+fi
+if has bench; then
+  $PY -m kforge.cli bench $WORKLOADS --target cuda --precision "$POLICIES" --packages "$PACKAGES" \
+    --no-tune --out "$OUT" --checkpoint "$OUT/partial.json" --min-reps "${MIN_REPS:-10}" \
+    --rep-ms "${REP_MS:-100}" --deadline "$(( START + BUDGET_S - 60 ))" 2>&1 | tee "$OUT/bench.log" | tail -40
+fi
