@@ -11,17 +11,22 @@
 #   moe      the grouped MoE kernel against the PyTorch grouping (benchmarks/moe/bench_moe.py)
 #   tune     verify (and, with ROUNDS>0, tune) every package's candidate kernels on the GPU,
 #            several packages at a time, admitted by free GPU memory; tuned.tgz comes back
-#   compile  warm Inductor for the torch.compile routes in parallel (cold times recorded)
+#   compile  (not by default) warm Inductor's caches for the fp32 torch.compile route in
+#            parallel processes (cold times recorded)
 #   bench    `kforge bench` on the LLM workloads with the packages: eager / torch.compile
 #            (default and max-autotune-no-cudagraphs) on the fp32 model and on the model cast to
 #            bf16, KForge strict and bf16; tokens/s, correctness, where KForge's time goes
 # Writes env.txt, moe.json, tune.log, tuned.tgz, precompile.log, bench.{json,md,png},
-# bench.log under $OUT. KFORGE_LLM_LAYERS / _BATCH / _SEQ / _CONTEXT change the shapes (the
+# bench.log under $OUT. One device call (10 minutes) holds `moe tune` for all four workloads,
+# or `bench` for about one model (both phases; three torch.compile routes each): run
+#   STEPS="moe tune" ...; then STEPS=bench WORKLOADS=benchmarks/models/llama3_8b.py ...
+# with PACKAGES pointing at the tuned packages (tuned.tgz unpacked), and merge the bench.json
+# files with `kforge bench --merge A/bench.json B/bench.json --out DIR`. KFORGE_LLM_LAYERS / _BATCH / _SEQ / _CONTEXT change the shapes (the
 # packages must have been built with the same ones).
 set -uo pipefail
 source "$(dirname "$0")/../device_env.sh"
 PACKAGES="${PACKAGES:-.carry/llm}"
-STEPS="${STEPS:-moe tune compile bench}"
+STEPS="${STEPS:-moe tune bench}"
 WORKLOADS="${WORKLOADS:-benchmarks/models/llama3_8b.py benchmarks/models/gpt_oss_20b.py}"
 POLICIES="${POLICIES:-strict,bf16}"
 BUDGET_S="${BUDGET_S:-560}"                  # this call's whole budget
