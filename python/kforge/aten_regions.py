@@ -195,7 +195,10 @@ def _numel(shape) -> int:
 class _Builder:
     def __init__(self, fx: dict, plan: dict, step: dict):
         self.nodes = {n["name"]: n for n in fx["nodes"]}
-        self.placeholders = [n["name"] for n in fx["nodes"] if n["kind"] == "placeholder"]
+        # the plan's inputs are the program's inputs in order: not its lifted constants (a
+        # decoding step's empty cache tensors), which the frozen import made literals
+        self.placeholders = [n["name"] for n in fx["nodes"]
+                             if n["kind"] == "placeholder" and n.get("input", True)]
         self.input_names = [i["name"] for i in plan["inputs"]]
         self.step = step
         origin = step["origin"]

@@ -4,6 +4,8 @@ MLIR 22.1.8), compiles with the builtin provider for the Triton interpreter, run
 eager PyTorch on fresh inputs; the report says what share of its FLOPs ran in verified kernels."""
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,11 @@ def test_zoo_llm_decode_step_against_a_kv_cache(name, tmp_path, kforge_opt, monk
         for s in attention), [(s.ops[0].name, s.args) for s in attention]
     assert {s.args[1].shape[2] for s in attention} == ({24, 7} if name == "gpt_oss_20b" else {24})
     assert set(compiled.kernels) >= {s.hash for s in attention}
+    # regions without a kernel would run the model's aten ops: the cut finds the program's
+    # inputs past the step's lifted constants (the empty cache tensors), for every region
+    aten = json.loads((tmp_path / "pkg" / "regions" / "aten.json").read_text())["regions"]
+    with_program = sum(bool(e["program"]) for e in aten.values())
+    assert with_program >= (len(aten) if name == "llama3_8b" else 0.8 * len(aten)), aten
     # what cats are left are RoPE's (rotate_half, the frequencies), not the cache's
     cats = [s for s in compiled.package.plan.steps if getattr(s, "name", "") == "aten.cat"]
     assert all(len(compiled.package.plan.tensor(s.results[0]).shape) < 4 or

@@ -90,13 +90,17 @@ def _target_name(target) -> str | None:
     return None
 
 
-def graph_record(graph_module: torch.fx.GraphModule) -> dict:
+def graph_record(graph_module: torch.fx.GraphModule, user_inputs=None) -> dict:
     """The graph as JSON (see the module docstring). A call whose target is not an op overload
     (a Python function on sizes) or whose arguments cannot be written keeps `"op": null`: regions
-    that contain it run their linalg reference instead."""
+    that contain it run their linalg reference instead. `user_inputs`: the placeholders that
+    are the program's inputs (the imported function's arguments, in order); the others (lifted
+    constants, frozen into the IR) are marked `"input": false`."""
     nodes = []
     for node in graph_module.graph.nodes:
         rec: dict = {"name": node.name, "kind": node.op}
+        if node.op == "placeholder" and user_inputs is not None:
+            rec["input"] = node.name in user_inputs
         if node.op == "call_function":
             rec["op"] = _target_name(node.target)
             try:

@@ -251,7 +251,7 @@ def _lower_to_linalg(program, origin: str) -> tuple[str, dict]:
     fuse_sink_attention(program.graph_module)
     simplify_kv_cache(program.graph_module)
     _as_strided_to_view(program.graph_module)
-    fx_graph = graph_record(program.graph_module)
+    fx_graph = graph_record(program.graph_module, _user_inputs(program))
     handler = context.attach_diagnostic_handler(collect)
     try:
         with named_locations():
@@ -260,6 +260,17 @@ def _lower_to_linalg(program, origin: str) -> tuple[str, dict]:
         handler.detach()
     _reject_foreign_ops(module, origin)
     return module.operation.get_asm(enable_debug_info=True), fx_graph
+
+
+def _user_inputs(program) -> set[str] | None:
+    """Names of the placeholders that are the program's inputs (the others are parameters,
+    buffers and lifted constants, which the frozen import turns into literals)."""
+    try:
+        from torch.export.graph_signature import InputKind
+        return {spec.arg.name for spec in program.graph_signature.input_specs
+                if spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name")}
+    except Exception:  # noqa: BLE001 - an older torch: every placeholder counts, as before
+        return None
 
 
 # How many times the lowering is retried with the ops it could not convert outlined.
