@@ -20,8 +20,7 @@ tokens, decode batch 64 against 2048 cached tokens).
 """
 from transformers import GptOssConfig, GptOssForCausalLM
 
-from kforge.bench import llm
-from kforge.bench.llm import VARIANTS, LLMWorkload, llm_inputs, llm_shape, zoo_size  # noqa: F401
+from kforge.bench.llm import VARIANTS, LLMWorkload, file_functions, llm_shape  # noqa: F401
 from kforge.moe_op import register_transformers_experts
 
 SIZES = {
@@ -48,13 +47,4 @@ class Model(LLMWorkload):
         self.model = GptOssForCausalLM(self.config).eval()
 
 
-def get_inputs(scale=None):
-    return llm_inputs(llm_shape(SIZES, zoo_size(scale)))
-
-
-def get_init_inputs(scale=None):
-    return [zoo_size(scale)]
-
-
-def tokens_per_call(scale=None):
-    return llm.tokens_per_call(llm_shape(SIZES, zoo_size(scale)))
+get_inputs, get_init_inputs, tokens_per_call = file_functions(SIZES)

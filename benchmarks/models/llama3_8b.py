@@ -17,8 +17,7 @@ batch 64 against 2048 cached tokens).
 """
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from kforge.bench import llm
-from kforge.bench.llm import VARIANTS, LLMWorkload, llm_inputs, llm_shape, zoo_size  # noqa: F401
+from kforge.bench.llm import VARIANTS, LLMWorkload, file_functions, llm_shape  # noqa: F401
 
 SIZES = {
     "small": dict(vocab_size=256, hidden_size=64, intermediate_size=224, num_hidden_layers=2,
@@ -43,13 +42,4 @@ class Model(LLMWorkload):
         self.model = LlamaForCausalLM(self.config).eval()
 
 
-def get_inputs(scale=None):
-    return llm_inputs(llm_shape(SIZES, zoo_size(scale)))
-
-
-def get_init_inputs(scale=None):
-    return [zoo_size(scale)]
-
-
-def tokens_per_call(scale=None):
-    return llm.tokens_per_call(llm_shape(SIZES, zoo_size(scale)))
+get_inputs, get_init_inputs, tokens_per_call = file_functions(SIZES)

@@ -76,18 +76,11 @@ ROUTES = {
 
 
 def _load(pkg, model, env: dict, use_kernels: bool):
+    from kforge.bench.workloads import scoped_environ
     from kforge.runtime import load_package
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with scoped_environ(env):
         return load_package(pkg, module=model, target="cuda", tune=False,
                             use_kernels=use_kernels)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def measure(name: str, pkg: Path, policy: str) -> dict:

@@ -126,5 +126,20 @@ def tokens_per_call(shape: LLMShape) -> int:
     return shape.batch * shape.seq
 
 
+def file_functions(sizes: dict):
+    """A zoo LLM file's `get_inputs`, `get_init_inputs` and `tokens_per_call`, each taking the
+    bench's optional scale (zoo_size), over the file's size rows."""
+    def get_inputs(scale=None):
+        return llm_inputs(llm_shape(sizes, zoo_size(scale)))
+
+    def get_init_inputs(scale=None):
+        return [zoo_size(scale)]
+
+    def tokens(scale=None):
+        return tokens_per_call(llm_shape(sizes, zoo_size(scale)))
+
+    return get_inputs, get_init_inputs, tokens
+
+
 __all__ = ["LLMShape", "LLMWorkload", "PHASES", "VARIANTS", "llm_shape", "llm_inputs",
-           "decode_step", "tokens_per_call", "zoo_size"]
+           "decode_step", "file_functions", "tokens_per_call", "zoo_size"]

@@ -32,25 +32,30 @@ def default_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "benchmarks" / "workloads"
 
 
+@contextlib.contextmanager
+def scoped_environ(env: dict):
+    """os.environ with `env` set for the duration; every variable restored (or unset) after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
     path: Path
     env: tuple = ()     # (variable, value) pairs of a variant (VARIANTS), sorted
 
-    @contextlib.contextmanager
     def environment(self):
         """The variant's environment variables, set for the duration (restored after)."""
-        saved = {k: os.environ.get(k) for k, _ in self.env}
-        os.environ.update(dict(self.env))
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        return scoped_environ(dict(self.env))
 
     def module(self):
         spec = importlib.util.spec_from_file_location(

@@ -14,6 +14,7 @@ mask and the max subtraction are optional; anything else unexpected leaves the g
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -178,12 +179,7 @@ _ATTENTION = (aten.scaled_dot_product_attention.default,)
 
 def _numel(node) -> int | None:
     shape = _shape(node)
-    if shape is None:
-        return None
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    return None if shape is None else math.prod(int(d) for d in shape)
 
 
 def _drop_empty_cat_operands(graph) -> int:
@@ -240,8 +236,7 @@ def _fold_repeat_kv(graph) -> int:
             continue
         if node.target in _ATTENTION:
             kind = "sdpa"
-        elif node.target == getattr(getattr(torch.ops, "kforge", None), "attention", None) or \
-                str(node.target) == "kforge.attention.default":
+        elif node.target == torch.ops.kforge.attention.default:
             kind = "kforge"
         else:
             continue
@@ -260,8 +255,8 @@ def _fold_repeat_kv(graph) -> int:
 
 
 def _appended(node):
-    """(cache, new) where `node` is cat([cache, new], -2) of 4-d tensors that only attention
-    reads, else None."""
+    """(cache, new) where `node` is cat([cache, new], -2) of 4-d tensors, else None (whether
+    anything but the attention reads it is the caller's question)."""
     if not (isinstance(node, torch.fx.Node) and node.target == aten.cat.default):
         return None
     parts = node.args[0]
