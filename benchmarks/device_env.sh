@@ -11,4 +11,5 @@ export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kforge-inductor}"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/kforge-triton}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PACKAGES="${PACKAGES:-.carry/bench}"
+# PACKAGES: the caller's, else the script's DEFAULT_PACKAGES (set before sourcing), else the suite's
+PACKAGES="${PACKAGES:-${DEFAULT_PACKAGES:-.carry/bench}}"

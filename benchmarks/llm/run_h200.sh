@@ -24,8 +24,8 @@
 # files with `kforge bench --merge A/bench.json B/bench.json --out DIR`. KFORGE_LLM_LAYERS / _BATCH / _SEQ / _CONTEXT change the shapes (the
 # packages must have been built with the same ones).
 set -uo pipefail
+DEFAULT_PACKAGES=.carry/llm
 source "$(dirname "$0")/../device_env.sh"
-PACKAGES="${PACKAGES:-.carry/llm}"
 STEPS="${STEPS:-moe tune bench}"
 WORKLOADS="${WORKLOADS:-benchmarks/models/llama3_8b.py benchmarks/models/gpt_oss_20b.py}"
 POLICIES="${POLICIES:-strict,bf16}"

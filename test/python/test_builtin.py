@@ -128,6 +128,21 @@ def test_split_k_writes_partials_then_epilogue():
     assert "_gemm_partial[" in source and "_epilogue[" in source
 
 
+def test_split_k_epilogue_writes_outputs_of_every_size(tmp_path):
+    """A q projection with RoPE's pieces (exported from Llama-3-8B decode, shrunk): the product
+    times cos ([.., 128]) and its two rotated halves ([.., 64]). Split-K stores the partial
+    products and an epilogue finishes each output; one launch over the halves' domain left half
+    of the [.., 128] output unwritten (found on the H200, batch 64 against a 2048 cache)."""
+    s = spec("gemm_rope_split_outputs")
+    sizes = {math.prod(s.tensor(r).shape) for r in s.results}
+    assert len(sizes) == 2
+    split = [c for c in config_space(s, "cpu", "strict") if c["SPLIT_K"] > 1]
+    assert len(split) >= 2
+    for cand in candidates(s, "cpu", "strict", split):
+        assert cand.source.count("_epilogue_") >= 2       # one kernel per output size
+        check(cand, s, "strict", tmp_path, seeds=(0,))
+
+
 def test_bf16_casts_weights_once_in_prepare_weights(tmp_path):
     s = spec("matmul_bias_relu")
     cand = candidates(s, "cpu", "bf16")[0]

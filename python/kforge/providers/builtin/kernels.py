@@ -294,6 +294,10 @@ def _ops_comment(spec: KernelSpec, em: Emitter | None = None) -> str:
 
 def build_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) -> None:
     numel = math.prod(b.spec.tensor(outputs[0]).shape)
+    sizes = {o: math.prod(b.spec.tensor(o).shape) for o in outputs}
+    if len(set(sizes.values())) > 1:     # one launch covers one domain: the rest go unwritten
+        raise CannotGenerate(f"{name}: one elementwise kernel for outputs of different sizes "
+                             f"({', '.join(f'{o}: {n}' for o, n in sizes.items())})")
     with ix.ranges({"offs": (0, numel)}):
         _emit_elementwise(b, outputs, config, name)
 
@@ -1054,8 +1058,7 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
                              "dtype=torch.float32)  # split-K partial products")
         build_gemm(b, stage, [], config, f"{stem}_gemm_partial", False, split_k)
         b.split_sums[vc] = split_k
-        build_elementwise(b, outputs, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
-                          f"{stem}_epilogue")
+        _epilogues(b, outputs, config, stem)
     elif stage.reductions and not fuse:
         build_gemm(b, stage, [vc], config, f"{stem}_gemm", False)
         b.temporaries[vc] = None            # the product, read back by the rows kernel
@@ -1074,14 +1077,20 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         # projection): the GEMM stores the product, elementwise kernels finish from it
         build_gemm(b, stage, [vc], config, f"{stem}_gemm", False)
         b.temporaries[vc] = None
-        groups: dict[int, list[str]] = {}
-        for o in outputs:
-            groups.setdefault(math.prod(spec.tensor(o).shape), []).append(o)
-        for i, group in enumerate(groups.values()):
-            build_elementwise(b, group, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
-                              f"{stem}_epilogue" + ("" if len(groups) == 1 else f"_{i}"))
+        _epilogues(b, outputs, config, stem)
     else:
         build_gemm(b, stage, outputs, config, f"{stem}_gemm", fuse)
+
+
+def _epilogues(b: _Builder, outputs: list[str], config: dict, stem: str) -> None:
+    """Elementwise kernels that finish a stored GEMM product into the region's outputs: one per
+    output size (q and k rotated by RoPE are [.., 64] halves and [.., 128] wholes of one product)."""
+    groups: dict[int, list[str]] = {}
+    for o in outputs:
+        groups.setdefault(math.prod(b.spec.tensor(o).shape), []).append(o)
+    for i, group in enumerate(groups.values()):
+        build_elementwise(b, group, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
+                          f"{stem}_epilogue" + ("" if len(groups) == 1 else f"_{i}"))
 
 
 def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
