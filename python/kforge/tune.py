@@ -83,8 +83,11 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
         manifest["kernels"][h] = outcome.entry
         results[h] = outcome.entry["verification"]["status"]
         write_manifest(package.root, manifest)
+        # link after every region, so that a run stopped part-way (a time limit, a lost
+        # machine) leaves a package whose runtime uses what was verified so far
+        note = relink(package.root)
     if results:
-        say(relink(package.root))
+        say(note)
     return results
 
 

@@ -111,3 +111,41 @@ def test_tune_relinks_with_and_without_kforge_opt(package, tmp_path, monkeypatch
     symbol = manifest["kernels"][h]["symbol"]
     assert f"kforge.custom_call @{symbol}(" in (pkg / "model.linked.mlir").read_text()
     assert json.loads((pkg / "package.json").read_text())["linked_ir"]["stale"] is False
+
+
+def test_a_tune_stopped_part_way_leaves_what_it_verified_linked(package, tmp_path, monkeypatch):
+    """`kforge tune` killed after its first region (a time limit): that region's kernel is in the
+    linked plan already; the rest stay region calls. The tune runs on the CPU interpreter, for
+    real; only the stop is simulated, by an executor that dies after the first outcome."""
+    import shutil
+    from kforge.tune import tune_package
+    from kforge.workers.local import InlineExecutor
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    manifest = read_manifest(pkg)
+    hashes = sorted(manifest["kernels"])
+    assert len(hashes) >= 2
+    for h in hashes:
+        manifest["kernels"][h]["verification"] = {"status": "candidate"}
+    write_manifest(pkg, manifest)
+    assert link_package(pkg)[0]
+    assert not kernel_steps(pkg)[0]
+    monkeypatch.setenv("KFORGE_OPT", str(tmp_path / "no-kforge-opt"))   # a GPU host's setting
+
+    class Stopped(Exception):
+        pass
+
+    class DiesAfterOne(InlineExecutor):
+        def run(self, tasks, on_event):
+            for n, outcome in enumerate(super().run(tasks, on_event)):
+                if n == 1:
+                    raise Stopped()
+                yield outcome
+
+    with pytest.raises(Stopped):
+        tune_package(pkg, executor=DiesAfterOne())
+    kernels, calls = kernel_steps(pkg)
+    verified = {h for h, e in read_manifest(pkg)["kernels"].items()
+                if e["verification"]["status"] == "verified"}
+    assert len(verified) == 1 and kernels == verified
+    assert set(hashes) - verified <= calls

@@ -197,6 +197,13 @@ def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = Non
         if line.startswith("region ") and ": " in line:
             h, status = line[len("region "):].split(": ", 1)
             regions[h] = status.strip()
+    if not regions:      # stopped before its summary: what the manifest holds (written per region)
+        try:
+            kernels = json.loads((package / "manifest.json").read_text()).get("kernels", {})
+            regions = {h: (e.get("verification") or {}).get("status", "?") + " (manifest)"
+                       for h, e in kernels.items()}
+        except (OSError, ValueError):
+            pass
     record = {"package": str(package), "returncode": rc, "tune_s": round(time.perf_counter() - t0, 2),
               "rounds": rounds, "gpu": gpu, "regions": regions, "log_tail": log.strip().splitlines()[-15:]}
     (package.parent / f"{package.name}.tune.json").write_text(json.dumps(record, indent=1) + "\n")
