@@ -1,5 +1,6 @@
 """The builtin provider: generated Triton kernels run under the interpreter (TRITON_INTERPRET=1)
 against the reference, for every fixture kind and every precision policy."""
+import dataclasses
 import importlib.util
 import json
 import math
@@ -141,6 +142,26 @@ def test_split_k_epilogue_writes_outputs_of_every_size(tmp_path):
     for cand in candidates(s, "cpu", "strict", split):
         assert cand.source.count("_epilogue_") >= 2       # one kernel per output size
         check(cand, s, "strict", tmp_path, seeds=(0,))
+
+
+def test_a_mismatch_moves_the_repair_to_another_product_scheme():
+    """After a mismatch, the next candidate is not another tile of the scheme that failed (it
+    rounds the same operands the same way) but the next scheme of the space."""
+    s = spec("gemm_rope_split_outputs")
+    target = get_target("cpu")
+    space = config_space(s, target, "bf16")
+    first = space[0].get("input_precision")
+    assert sum(c.get("input_precision") == first for c in space) > 1      # more tiles of it
+    req = GenerationRequest(spec=s, region_mlir="", reference_source="", precision="bf16",
+                            target=target, phase="functional", round=1,
+                            feedback=(Feedback(f"builtin-{s.hash}-bf16-cpu-c0", "mismatch",
+                                               "outside the tolerance"),))
+    got = BuiltinProvider().generate(req)
+    assert got and got[0].config.get("input_precision") != first
+    # other feedback (a compile error) keeps the space's order
+    req = dataclasses.replace(req, feedback=(Feedback(f"builtin-{s.hash}-bf16-cpu-c0",
+                                                      "compile_error", "x"),))
+    assert BuiltinProvider().generate(req)[0].config == space[1]
 
 
 def test_bf16_casts_weights_once_in_prepare_weights(tmp_path):

@@ -153,6 +153,26 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
         candidates(spec, target, precision, eligible[:want])
 
 
+def _after_mismatches(order: list[dict], space: list[dict], feedback, spec_hash: str,
+                      precision: str, target_name: str) -> list[dict]:
+    """Configurations whose product scheme (`input_precision`: bf16 operands, fp16x1, tf32...)
+    already gave a mismatch go last: another tile of the same scheme rounds the same operands
+    the same way, so the next try is a more accurate scheme (on Llama-3-8B decode's GEMM +
+    RMSNorm regions, K = 4096 and 14336, bf16 operands alone exceed the bf16 policy's margin;
+    fp16x1 products are as fast and 8x finer)."""
+    prefix = f"builtin-{spec_hash}-{precision}-{target_name}-c"
+    failed = set()
+    for f in feedback:
+        if f.status == "mismatch" and f.candidate_id.startswith(prefix):
+            idx = f.candidate_id[len(prefix):]
+            if idx.isdigit() and int(idx) < len(space):
+                failed.add(space[int(idx)].get("input_precision"))
+    if not failed:
+        return order
+    keep = [c for c in order if c.get("input_precision") not in failed]
+    return keep + [c for c in order if c.get("input_precision") in failed]
+
+
 class BuiltinProvider(Provider):
     name = "builtin"
 
@@ -175,7 +195,8 @@ class BuiltinProvider(Provider):
                         wanted.append(json.loads(rec[len("config: "):].split("  #")[0]))
                     except json.JSONDecodeError:
                         pass
-        order = wanted + space
+        order = _after_mismatches(wanted + space, space, request.feedback, spec.hash,
+                                  request.precision, target.name)
         seen: set[str] = set()
         eligible = []
         for config in order:
