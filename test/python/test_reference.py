@@ -118,7 +118,17 @@ def _conv_pad_1x1_inputs(g):
     return [x, w], [F.relu(F.conv2d(x, w, padding=1))]
 
 
+def _gemm_rope_inputs(g):
+    """A q projection and RoPE's pieces, as Llama's attention makes them: the heads
+    [B, H, 1, D] of x @ W^T: its second half negated, its product by cos, its first half."""
+    x, cos, w = torch.randn(8, 256, generator=g), torch.randn(1, 1, 1, 128, generator=g), \
+        torch.randn(256, 256, generator=g) / 16      # a layer's scale: products stay O(1)
+    q = (x @ w.T).view(8, 1, 2, 128).transpose(1, 2)
+    return [x, cos, w], [-q[..., 64:], q * cos, q[..., :64]]
+
+
 GROUND_TRUTH = {
+    "gemm_rope_split_outputs": _gemm_rope_inputs,
     "matvec_bias_relu": _matvec_inputs, "conv2d_pad_1x1": _conv_pad_1x1_inputs,
     "conv2d_pad_relu": _conv_pad_inputs,
     "attention": _attention_inputs,

@@ -64,8 +64,20 @@ REDUCERS = {"arith.addf": ("_sum", 0.0, "({0} + {1})"),
             "arith.minnumf": ("_minnum", float("inf"), "tl.minimum({0}, {1})")}
 
 
+# fp32 rounded to bf16's values (kept as fp32), to nearest-even as the GPU's conversion rounds:
+# the CPU target's bf16 products. Triton's interpreter (3.9) truncates `.to(tl.bfloat16)`, which
+# biased its bf16 products and rejected kernels on the CPU that the GPU would verify.
+BF16_RNE = "_bf16_rne"
+_HELPERS = {BF16_RNE: "@triton.jit\ndef _bf16_rne(x):\n"
+                      "    u = x.to(tl.float32).to(tl.int32, bitcast=True)\n"
+                      "    return ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, "
+                      "bitcast=True)\n"}
+
+
 def combine_function(name: str) -> str:
-    """Source of the @triton.jit combine function `name` (see REDUCERS)."""
+    """Source of the @triton.jit combine function `name` (see REDUCERS), or of a helper."""
+    if name in _HELPERS:
+        return _HELPERS[name]
     expr = next(c for n, _, c in REDUCERS.values() if n == name).format("a", "b")
     if expr.startswith("(") and expr.endswith(")"):
         expr = expr[1:-1]

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from kforge.providers.builtin import indexing as ix
-from kforge.providers.builtin.emitter import (TL_DTYPES, TORCH_DTYPES, CannotGenerate,
+from kforge.providers.builtin.emitter import (BF16_RNE, TL_DTYPES, TORCH_DTYPES, CannotGenerate,
                                               ColumnSpace, Emitter, KVar, Scope, Val,
                                               combine_function, compose, domain_sizes)
 from kforge.reference import recognize_contraction
@@ -735,9 +735,11 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
             dot = None
             loop.emit(f"acc += part  # {op.name}")
         elif b.precision == "bf16" and not impl and dtype in ("f32", "bf16", "f16"):
-            a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
-            if not target.bf16_dot_ok:      # the interpreter: bf16 values, fp32 products
-                a_code, b_code = f"{a_code}.to(tl.float32)", f"{b_code}.to(tl.float32)"
+            if target.bf16_dot_ok:
+                a_code, b_code = f"{a_code}.to(tl.bfloat16)", f"{b_code}.to(tl.bfloat16)"
+            else:       # the interpreter: bf16 values (rounded as the GPU does), fp32 products
+                b.combiners.setdefault(BF16_RNE, None)
+                a_code, b_code = f"{BF16_RNE}({a_code})", f"{BF16_RNE}({b_code})"
             dot = f"tl.dot({a_code}, {b_code}, acc)"
         elif dtype == "f32":
             dot = f"tl.dot({a_code}, {b_code}, acc, input_precision=\"{config['input_precision']}\")"
