@@ -164,6 +164,25 @@ def test_a_mismatch_moves_the_repair_to_another_product_scheme():
     assert BuiltinProvider().generate(req)[0].config == space[1]
 
 
+def test_cpu_bf16_products_round_operands_to_nearest_even(tmp_path):
+    """The CPU target's bf16 GEMM computes what the GPU's does: operands rounded to bf16 to
+    nearest-even, products summed in fp32. Triton's interpreter truncates `.to(tl.bfloat16)`;
+    truncated operands are off by ~1e-2 relative here, rounded ones by ~1e-6."""
+    s = spec("gemm_rope_split_outputs")
+    config = next(c for c in config_space(s, "cpu", "bf16")
+                  if c.get("input_precision") is None and c["SPLIT_K"] == 1)
+    cand = candidates(s, "cpu", "bf16", [config])[0]
+    assert "_bf16_rne(" in cand.source
+    module = load_candidate(cand.source, tmp_path / "bf16_rne.py")
+    g = torch.Generator().manual_seed(3)
+    x, cos, w = torch.randn(8, 256, generator=g), torch.rand(1, 1, 1, 128, generator=g) + 0.5, \
+        torch.randn(256, 256, generator=g) / 16
+    got = run_candidate(module, s, [x, cos, w])[1]                 # q * cos: [8, 2, 1, 128]
+    q = (x.bfloat16().float() @ w.bfloat16().float().T).view(8, 1, 2, 128).transpose(1, 2)
+    assert got.shape == q.shape
+    assert (got - q * cos).abs().max() < 1e-5 * (q * cos).abs().max()
+
+
 def test_bf16_casts_weights_once_in_prepare_weights(tmp_path):
     s = spec("matmul_bias_relu")
     cand = candidates(s, "cpu", "bf16")[0]
