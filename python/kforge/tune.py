@@ -60,7 +60,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                                 cache_mode=cache_mode, tune=job,
                                 log_dir=None if executor.remote() else
                                 str(package.root / "regions")))
-    results, attempts = {}, []
+    results, attempts, note = {}, [], ""
 
     def on_event(ev) -> None:
         if ev.kind == "started":
@@ -87,7 +87,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
         # machine) leaves a package whose runtime uses what was verified so far
         note = relink(package.root)
     if results:
-        say(note)
+        say(note or relink(package.root))     # (every region failed: nothing was linked yet)
     return results
 
 

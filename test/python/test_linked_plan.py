@@ -149,3 +149,30 @@ def test_a_tune_stopped_part_way_leaves_what_it_verified_linked(package, tmp_pat
                 if e["verification"]["status"] == "verified"}
     assert len(verified) == 1 and kernels == verified
     assert set(hashes) - verified <= calls
+
+
+def test_a_tune_where_every_region_failed_reports_and_links(package, tmp_path, monkeypatch):
+    """Every task lost (its worker died on every attempt): the tune reports each region as
+    failed and still links once, instead of stopping on a note no region wrote."""
+    import shutil
+    from kforge.tune import tune_package
+    from kforge.workers import TaskOutcome
+    from kforge.workers.local import InlineExecutor
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    manifest = read_manifest(pkg)
+    for h in manifest["kernels"]:
+        manifest["kernels"][h]["verification"] = {"status": "candidate"}
+    write_manifest(pkg, manifest)
+    monkeypatch.setenv("KFORGE_OPT", str(tmp_path / "no-kforge-opt"))
+
+    class AllLost(InlineExecutor):
+        def run(self, tasks, on_event):
+            for task in tasks:
+                yield TaskOutcome(task.hash, error="worker died 3 times")
+
+    notes = []
+    results = tune_package(pkg, executor=AllLost(), progress=notes.append)
+    assert results and set(results.values()) == {"failed"}
+    assert any("linked plan" in n for n in notes)
+    assert not kernel_steps(pkg)[0]
