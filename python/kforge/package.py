@@ -413,9 +413,8 @@ def relink(pkg: Path) -> str:
             changed += 1
         else:
             steps.append(step)
-    partial = plan_path.with_name(plan_path.name + ".partial")
-    to_json(replace(plan, steps=tuple(steps)), partial)
-    os.replace(partial, plan_path)           # a run killed here leaves the old plan whole
+    # atomically: a run killed here leaves the old plan whole
+    atomic_write_text(plan_path, to_json(replace(plan, steps=tuple(steps))) + "\n")
     write_meta(pkg, linked_ir={"file": "model.linked.mlir", "plan": LINKED_PLAN,
                                "by": "kforge (Python)", "stale": bool(changed), "at": _now(),
                                "note": f"kforge-opt unavailable ({note[:200]}); run `kforge "

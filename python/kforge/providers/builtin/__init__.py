@@ -88,7 +88,8 @@ def candidates(spec, target, precision: str, configs: list[dict] | None = None) 
             continue
         index = next((i for i, c in enumerate(space) if c == config), len(space))
         kind = op_region[2] if shape is None else shape.kind
-        out.append(Candidate(id=f"builtin-{spec.hash}-{precision}-{target.name}-c{index}",
+        out.append(Candidate(id=candidate_id_prefix(spec.hash, precision, target.name)
+                             + str(index),
                              provider="builtin", source=source, config=config,
                              notes=f"{kind} kernel, config {index} of {len(space)}"))
     return out
@@ -153,6 +154,11 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
         candidates(spec, target, precision, eligible[:want])
 
 
+def candidate_id_prefix(spec_hash: str, precision: str, target_name: str) -> str:
+    """A builtin candidate's id less its index in the configuration space."""
+    return f"builtin-{spec_hash}-{precision}-{target_name}-c"
+
+
 def _after_mismatches(order: list[dict], space: list[dict], feedback, spec_hash: str,
                       precision: str, target_name: str) -> list[dict]:
     """Configurations whose product scheme (`input_precision`: bf16 operands, fp16x1, tf32...)
@@ -160,7 +166,7 @@ def _after_mismatches(order: list[dict], space: list[dict], feedback, spec_hash:
     the same way, so the next try is a more accurate scheme (on Llama-3-8B decode's GEMM +
     RMSNorm regions, K = 4096 and 14336, bf16 operands alone exceed the bf16 policy's margin;
     fp16x1 products are as fast and 8x finer)."""
-    prefix = f"builtin-{spec_hash}-{precision}-{target_name}-c"
+    prefix = candidate_id_prefix(spec_hash, precision, target_name)
     failed = set()
     for f in feedback:
         if f.status == "mismatch" and f.candidate_id.startswith(prefix):
@@ -207,7 +213,7 @@ class BuiltinProvider(Provider):
             idx = next((i for i, c in enumerate(space) if _config_key(c) == key), None)
             if idx is None:
                 continue
-            cid = f"builtin-{spec.hash}-{request.precision}-{target.name}-c{idx}"
+            cid = candidate_id_prefix(spec.hash, request.precision, target.name) + str(idx)
             if cid in tried:
                 continue
             eligible.append(config)

@@ -293,11 +293,11 @@ def _ops_comment(spec: KernelSpec, em: Emitter | None = None) -> str:
 
 
 def build_elementwise(b: _Builder, outputs: list[str], config: dict, name: str) -> None:
-    numel = math.prod(b.spec.tensor(outputs[0]).shape)
     sizes = {o: math.prod(b.spec.tensor(o).shape) for o in outputs}
     if len(set(sizes.values())) > 1:     # one launch covers one domain: the rest go unwritten
         raise CannotGenerate(f"{name}: one elementwise kernel for outputs of different sizes "
                              f"({', '.join(f'{o}: {n}' for o, n in sizes.items())})")
+    numel = sizes[outputs[0]]
     with ix.ranges({"offs": (0, numel)}):
         _emit_elementwise(b, outputs, config, name)
 
