@@ -28,6 +28,7 @@ DEFAULT_PACKAGES=.carry/llm
 source "$(dirname "$0")/../device_env.sh"
 STEPS="${STEPS:-moe tune bench}"
 WORKLOADS="${WORKLOADS:-benchmarks/models/llama3_8b.py benchmarks/models/gpt_oss_20b.py}"
+BENCH_WORKLOADS="${BENCH_WORKLOADS:-$WORKLOADS}"   # e.g. benchmarks/models/llama3_8b.py::decode
 POLICIES="${POLICIES:-strict,bf16}"
 BUDGET_S="${BUDGET_S:-560}"                  # this call's whole budget
 export KFORGE_ZOO_SIZE="${KFORGE_ZOO_SIZE:-real}"
@@ -50,7 +51,10 @@ if has moe; then
   tail -12 "$OUT/moe.log"
 fi
 if has tune; then
+  # TUNE_WORKERS=local:N: each package's regions over N processes (admitted by free memory,
+  # timed runs alone on the GPU: kforge.workers.admission)
   $PY -m kforge.bench.packages --tune --out "$PACKAGES" --jobs "${TUNE_JOBS:-6}" --gpus 1 \
+    ${TUNE_WORKERS:+--workers "$TUNE_WORKERS"} \
     --rounds "${ROUNDS:-0}" --timeout "${TUNE_TIMEOUT:-300}" \
     --deadline "$(( START + ${TUNE_DEADLINE_S:-330} ))" --precision "$POLICIES" $WORKLOADS \
     > "$OUT/tune.log" 2>&1
@@ -65,7 +69,7 @@ if has compile; then
   tail -6 "$OUT/precompile.log"
 fi
 if has bench; then
-  $PY -m kforge.cli bench $WORKLOADS --target cuda --precision "$POLICIES" --packages "$PACKAGES" \
+  $PY -m kforge.cli bench $BENCH_WORKLOADS --target cuda --precision "$POLICIES" --packages "$PACKAGES" \
     --no-tune --out "$OUT" --checkpoint "$OUT/partial.json" --min-reps "${MIN_REPS:-10}" \
     --rep-ms "${REP_MS:-100}" --deadline "$(( START + BUDGET_S - 60 ))" 2>&1 | tee "$OUT/bench.log" | tail -40
 fi

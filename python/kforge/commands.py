@@ -222,11 +222,16 @@ def cmd_tune(args) -> int:
     _prepare_triton(package.target)
     from kforge.runtime import tune_package
     from kforge.workers import use_workers
+    import time
     cache = None if args.no_cache else _cache_for_tune(args)
+    t0 = time.monotonic()
+
+    def progress(m: str) -> None:        # seconds since the start: where a long tune goes
+        print(f"  [{time.monotonic() - t0:7.1f}s] {m}", file=sys.stderr, flush=True)
+
     with use_workers(args.workers, gpu_share=args.gpu_share):
         results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
-                               repair=args.repair, cache=cache,
-                               progress=lambda m: print(f"  {m}", file=sys.stderr))
+                               repair=args.repair, cache=cache, progress=progress)
     if not results:
         print(f"{args.package}: nothing to verify or tune for {package.target}")
     for h, status in results.items():

@@ -331,6 +331,26 @@ def test_cuda_gemm_space_suits_hopper_and_small_m():
     assert wide and all(c["BLOCK_N"] <= 256 and c["SPLIT_K"] == 1 for c in wide)
 
 
+def test_cuda_decode_gemms_give_every_sm_a_tile():
+    """A decode step's GEMMs (M = 64 sequences) are weight-bandwidth bound: the first tiles
+    are 64 rows and narrow enough for a tile per SM (or the narrowest), where 128x256 tiles
+    over N = 4096 would keep 16 of 132 SMs busy; large M keeps its measured order."""
+    t = get_target("cuda")
+    sms = t.compute_units
+
+    def tiles(c, M, N):
+        return -(-M // c["BLOCK_M"]) * -(-N // c["BLOCK_N"]) * c["SPLIT_K"]
+
+    for N, K, rows in ((14336, 4096, False), (4096, 14336, True), (128256, 4096, False)):
+        first = t.configs("gemm", {"M": 64, "N": N, "K": K, "precision": "bf16",
+                                   "reductions": rows, "full_rows": rows})[0]
+        assert first["BLOCK_M"] == 64 and first["SPLIT_K"] == 1
+        assert tiles(first, 64, N) >= sms or first["BLOCK_N"] == 32, (N, first)
+        assert tiles(first, 64, N) < 4 * sms or first["BLOCK_N"] == 256, (N, first)
+    big = t.configs("gemm", {"M": 16384, "N": 4096, "K": 4096, "precision": "bf16"})
+    assert big[0]["BLOCK_M"] == 128 and big[0]["BLOCK_N"] == 256
+
+
 # ---------------------------------------------------------------------------------------------
 # Real exports: torch model -> torch-mlir -> kforge-opt regions -> builtin kernels, vs eager
 # ---------------------------------------------------------------------------------------------

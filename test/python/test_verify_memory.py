@@ -155,3 +155,16 @@ def test_bench_tune_retries_out_of_memory_alone():
     assert ran_out_of_memory({"returncode": 1, "log_tail": ["torch.OutOfMemoryError: CUDA"]})
     assert not ran_out_of_memory({"returncode": 1, "log_tail": ["region ab12: rejected"]})
     assert not ran_out_of_memory(dict(oom, returncode=0))
+
+
+def test_bench_tune_keeps_the_whole_log_beside_the_package(tmp_path):
+    """`kforge tune`'s output goes to PKG.tune.log as it is written, so a run stopped by its
+    limit keeps what it said (its progress lines carry the seconds since its start)."""
+    from kforge.bench.packages import tune_one
+
+    pkg = tmp_path / "strict" / "not_a_package"
+    pkg.mkdir(parents=True)
+    rec = tune_one(pkg, timeout_s=120, rounds=0)
+    log = (pkg.parent / "not_a_package.tune.log").read_text()
+    assert rec["returncode"] not in (0, 124) and "not_a_package" in log
+    assert rec["log_tail"] == log.strip().splitlines()[-15:]

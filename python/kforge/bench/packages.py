@@ -187,11 +187,17 @@ def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = Non
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        rc, log = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, log = 124, f"timed out after {timeout_s:.0f}s\n{exc.stdout or ''}{exc.stderr or ''}"
+    # the whole log, written as it comes (a run stopped by its limit keeps what it said)
+    log_path = package.parent / f"{package.name}.tune.log"
+    with open(log_path, "w") as log_file:
+        try:
+            rc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+                                timeout=timeout_s, env=env).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    log = log_path.read_text(errors="replace")
+    if rc == 124:
+        log += f"\ntimed out after {timeout_s:.0f}s\n"
     regions = {}
     for line in log.splitlines():            # `kforge tune` prints "region <hash>: <status>"
         if line.startswith("region ") and ": " in line:

@@ -49,7 +49,10 @@ def gemm_configs(problem: dict, bf16: bool, compute_units: int) -> list[dict]:
             bm = 64 if bn > 128 else bm
         out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
                     "SPLIT_K": 1, "num_warps": w, "num_stages": s})
-    tiles_mn = -(-M // 128) * -(-N // 128) * problem.get("batch", 1)
+    batch = problem.get("batch", 1)
+    if M <= 128 and not fuse:
+        out = decode_tiles(M, N, batch, bf16, compute_units) + out
+    tiles_mn = -(-M // 128) * -(-N // 128) * batch
     if tiles_mn < compute_units and K >= 4096 and not problem.get("reductions"):   # < SMs
         split = [{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64 if bf16 else 32, "GROUP_M": 8,
                   "SPLIT_K": sk, "num_warps": 4, "num_stages": 4} for sk in (4, 8, 2)]
@@ -62,6 +65,21 @@ def gemm_configs(problem: dict, bf16: bool, compute_units: int) -> list[dict]:
             seen.add(key)
             uniq.append(c)
     return uniq
+
+
+def decode_tiles(M: int, N: int, batch: int, bf16: bool, compute_units: int) -> list[dict]:
+    """Few rows (a decode step's M = batch of sequences <= 128): the time is the weights'
+    bytes, and one SM cannot pull more than a small share of HBM's bandwidth, so every SM needs
+    a tile. 64-row tiles (wgmma's least) and the widest BLOCK_N that still gives a tile per SM
+    (a 128x256 tile over N = 4096 makes 16 of the H200's 132 SMs busy: an o_proj at 1/8 of
+    the bandwidth), then the next narrower one."""
+    bk = 64 if bf16 else 32
+    rows = -(-M // 64) * batch
+    widths = (256, 128, 64, 32)
+    pick = next((i for i, bn in enumerate(widths) if rows * -(-N // bn) >= compute_units),
+                len(widths) - 1)
+    return [{"BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "SPLIT_K": 1,
+             "num_warps": 4, "num_stages": 4} for bn in widths[pick:pick + 2]]
 
 
 def row_configs(problem: dict, max_block: int = 32768) -> list[dict]:

@@ -1,0 +1,52 @@
+"""kforge.graphs: a plan replayed as a CUDA graph, large inputs read in place (GPU only)."""
+import pytest
+import torch
+
+from kforge.graphs import BORROW_BYTES, PlanGraphs
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _plan(args, track=None):
+    small, big = args
+    return (small * 2 + big.sum(dim=0, keepdim=True),)
+
+
+def _big(fill: float) -> torch.Tensor:
+    rows = BORROW_BYTES // (4 * 256) + 1
+    return torch.full((rows, 256), fill, device="cuda")
+
+
+def test_a_large_input_is_read_in_place_and_keyed_by_its_address():
+    graphs = PlanGraphs(_plan, torch.device("cuda"))
+    small, big = torch.ones(1, 256, device="cuda"), _big(1.0)
+    (out,) = graphs([small, big])
+    entry = next(iter(graphs.captured.values()))
+    assert entry.inputs[1] is big and entry.inputs[0] is not small    # borrowed / copied
+    torch.testing.assert_close(out, _plan([small, big])[0])
+    big.fill_(3.0)                       # the graph reads the caller's memory: no copy to miss
+    small.fill_(5.0)                     # a small input is copied in on every call
+    (out,) = graphs([small, big])
+    torch.testing.assert_close(out, _plan([small, big])[0])
+    assert len(graphs.captured) == 1
+    other = _big(2.0)                    # another tensor of the same shape: its own capture
+    (out,) = graphs([small, other])
+    torch.testing.assert_close(out, _plan([small, other])[0])
+    assert len(graphs.captured) == 2
+
+
+def test_a_plan_that_writes_to_an_input_is_captured_on_copies():
+    def writes(args, track=None):
+        small, big = args
+        big.add_(0)                      # bumps the version counter without changing values
+        return (small + big[:1],)
+
+    graphs = PlanGraphs(writes, torch.device("cuda"))
+    small, big = torch.ones(1, 256, device="cuda"), _big(1.0)
+    (out,) = graphs([small, big])
+    assert graphs.borrow is False
+    entry = next(e for e in graphs.captured.values())
+    assert entry.inputs[1] is not big
+    big.fill_(4.0)
+    (out,) = graphs([small, big])
+    torch.testing.assert_close(out, small + 4.0)
