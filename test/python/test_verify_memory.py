@@ -168,3 +168,32 @@ def test_bench_tune_keeps_the_whole_log_beside_the_package(tmp_path):
     log = (pkg.parent / "not_a_package.tune.log").read_text()
     assert rec["returncode"] not in (0, 124) and "not_a_package" in log
     assert rec["log_tail"] == log.strip().splitlines()[-15:]
+
+
+def test_bench_tune_stops_a_process_tree_of_several_sessions():
+    """A tune stopped by its limit takes its workers and their sandboxes (sessions of their
+    own) with it; left running they held 50 GB of the GPU when the bench started."""
+    import subprocess
+    import sys
+    import time
+
+    from kforge.bench.packages import descendants, kill_tree
+
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(60)'], start_new_session=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 20
+    while not descendants(parent.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    below = descendants(parent.pid)
+    assert below, "the child did not start"
+    kill_tree(parent.pid)
+    parent.wait(timeout=10)
+    time.sleep(0.5)
+    for pid in below:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        assert state == "Z", f"process {pid} still runs"

@@ -190,10 +190,15 @@ def tune_one(package: Path, timeout_s: float, rounds: int, gpu: int | None = Non
     # the whole log, written as it comes (a run stopped by its limit keeps what it said)
     log_path = package.parent / f"{package.name}.tune.log"
     with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True,
+                                env=env)
         try:
-            rc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True,
-                                timeout=timeout_s, env=env).returncode
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            # the tune's worker processes and their sandboxes (each in a session of its own)
+            # go with it: left running they hold the GPU memory the next step needs
+            kill_tree(proc.pid)
+            proc.wait()
             rc = 124
     log = log_path.read_text(errors="replace")
     if rc == 124:
@@ -259,6 +264,34 @@ def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds:
         failed += rec["returncode"] != 0
         show(pkg, rec, "  (retried alone)")
     return failed
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc; elsewhere none), whichever session it is in."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()       # after "pid (comm) "
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and everything below it."""
+    import signal
+    for p in [pid] + descendants(pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def ran_out_of_memory(record: dict) -> bool:
