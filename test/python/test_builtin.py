@@ -164,6 +164,28 @@ def test_a_mismatch_moves_the_repair_to_another_product_scheme():
     assert BuiltinProvider().generate(req)[0].config == space[1]
 
 
+def test_an_attention_mismatch_moves_the_repair_to_another_dot_scheme():
+    """Attention's schemes are its `dot_precision` / `fp32_dot`: a mismatch skips the other
+    tiles of the scheme that failed (on Llama-3-8B decode the repair spent its two rounds on
+    more bf16 tiles and the region ran on its reference, 6 ms a layer). Decoding over an fp32
+    cache under bf16 takes the fp32-accurate products first: reading the cache is the time."""
+    from kforge.spec import load_spec
+    # Llama-3-8B's decode attention as exported (fp32 q [64, 32, 1, 128] over a 2048-token cache
+    # and the step's key): the region of the H200 run
+    s = load_spec(Path(__file__).parent / "fixtures" / "regions" / "llama3_decode_attention.json")
+    target = get_target("cpu")
+    space = config_space(s, target, "strict")
+    first = (space[0].get("dot_precision"), space[0].get("fp32_dot"))
+    assert (space[1].get("dot_precision"), space[1].get("fp32_dot")) == first   # more tiles
+    req = GenerationRequest(spec=s, region_mlir="", reference_source="", precision="strict",
+                            target=target, phase="functional", round=1,
+                            feedback=(Feedback(f"builtin-{s.hash}-strict-cpu-c0", "mismatch",
+                                               "outside the tolerance"),))
+    got = BuiltinProvider().generate(req)
+    assert got and (got[0].config.get("dot_precision"), got[0].config.get("fp32_dot")) != first
+    assert config_space(s, target, "bf16")[0]["dot_precision"] == "ieee"
+
+
 def test_cpu_bf16_products_round_operands_to_nearest_even(tmp_path):
     """The CPU target's bf16 GEMM computes what the GPU's does: operands rounded to bf16 to
     nearest-even, products summed in fp32. Triton's interpreter truncates `.to(tl.bfloat16)`;
@@ -608,12 +630,19 @@ def test_gemm_epilogue_maps_reshapes_and_transposes_back_onto_the_tile():
         assert ix.ravel(heads, (2, 2, 32)) == ix.add(ix.mul(b, ix.const(32)), rm)
 
 
-def test_bf16_offers_fp16x1_second_and_fp32_operands_last():
+def test_bf16_offers_fp16x1_second_and_fp32_operands_last(monkeypatch):
     """Under bf16, after the first bf16-operand configuration: fp16x1 (scaled fp16 operands,
     one product: the bf16 rate, 8x finer rounding), which the loop's next round takes when the
     bf16 kernel misses the verifier's margin; fp32 operands (tf32 tiles; ieee in the
-    interpreter) last."""
-    s = spec("matmul_bias_relu")
+    interpreter) last. On a GPU a decode-shaped GEMM (<= 128 rows) takes fp16x1 first: it
+    reads as many weight bytes as bf16."""
+    from kforge.providers.builtin import kernels as builtin_kernels
+    s = spec("matmul_bias_relu")                   # 8 rows
+    space = config_space(s, "cuda", "bf16")
+    assert space[0]["input_precision"] == "fp16x1"
+    assert space[1]["input_precision"] == "tf32"   # the accurate fallback, then the rest
+    assert any(c.get("input_precision") is None for c in space)
+    monkeypatch.setattr(builtin_kernels, "decode_shaped", lambda stage: False)  # many rows
     for target, scheme in (("cuda", "tf32"), ("cpu", "ieee")):
         space = config_space(s, target, "bf16")
         assert space[0].get("input_precision") is None

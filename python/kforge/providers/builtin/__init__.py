@@ -59,10 +59,11 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
 
 def _accuracy_fallback(precision: str, scheme, schemes: tuple) -> bool:
     """A scheme more accurate than the policy's own, offered for candidates the verifier
-    rejects: under bf16 every scheme but bf16 operands (None); under tf32 fp16x3 where it is
-    not already first (an N-major B puts it first, for speed)."""
+    rejects: under bf16 every scheme but bf16 operands (None) and the first (fp16x1 for a
+    decode step's GEMMs); under tf32 fp16x3 where it is not already first (an N-major B puts
+    it first, for speed)."""
     if precision == "bf16":
-        return bool(scheme)
+        return bool(scheme) and scheme != schemes[0]
     return precision == "tf32" and scheme == FP16X3 and schemes[0] != FP16X3
 
 
@@ -172,11 +173,17 @@ def _after_mismatches(order: list[dict], space: list[dict], feedback, spec_hash:
         if f.status == "mismatch" and f.candidate_id.startswith(prefix):
             idx = f.candidate_id[len(prefix):]
             if idx.isdigit() and int(idx) < len(space):
-                failed.add(space[int(idx)].get("input_precision"))
+                failed.add(_scheme(space[int(idx)]))
     if not failed:
         return order
-    keep = [c for c in order if c.get("input_precision") not in failed]
-    return keep + [c for c in order if c.get("input_precision") in failed]
+    keep = [c for c in order if _scheme(c) not in failed]
+    return keep + [c for c in order if _scheme(c) in failed]
+
+
+def _scheme(config: dict) -> tuple:
+    """How a configuration rounds its products: a GEMM's `input_precision`, attention's
+    `dot_precision` and `fp32_dot` (the tiles aside)."""
+    return tuple(config.get(k) for k in ("input_precision", "dot_precision", "fp32_dot"))
 
 
 class BuiltinProvider(Provider):
