@@ -186,6 +186,20 @@ def test_an_attention_mismatch_moves_the_repair_to_another_dot_scheme():
     assert config_space(s, target, "bf16")[0]["dot_precision"] == "ieee"
 
 
+def test_a_region_without_operands_computes_on_the_target_device(tmp_path):
+    """gpt-oss decode's sliding-window mask is a region of index arithmetic alone: its kernel
+    allocated its output on the CPU (no operand to take the device from), and the H200 rejected
+    it ("cannot be accessed from Triton")."""
+    s = load_spec(Path(__file__).parent / "fixtures" / "regions" / "gpt_oss_decode_mask.json")
+    assert not s.args
+    assert "device = 'cuda'" in candidates(s, "cuda", "strict")[0].source
+    cand = candidates(s, "cpu", "strict")[0]
+    assert "device = 'cpu'" in cand.source
+    got = load_candidate(cand.source, tmp_path / "mask.py").launch()[0]
+    ref = reference_fn(s)()[0]
+    assert got.shape == ref.shape and torch.equal(got, ref)
+
+
 def test_cpu_bf16_products_round_operands_to_nearest_even(tmp_path):
     """The CPU target's bf16 GEMM computes what the GPU's does: operands rounded to bf16 to
     nearest-even, products summed in fp32. Triton's interpreter truncates `.to(tl.bfloat16)`;

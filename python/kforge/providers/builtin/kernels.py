@@ -1178,7 +1178,8 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
     lines.append(f"    for t in ({', '.join(args)}{',' if len(args) == 1 else ''}):")
     lines.append("        if not t.is_contiguous():")
     lines.append(f'            raise ValueError("{spec.name}: arguments must be contiguous")')
-    lines.append(f"    device = {args[0]}.device" if args else "    device = 'cpu'")
+    # a region without operands (a mask from index ranges) computes on the target's device
+    lines.append(f"    device = {args[0]}.device" if args else f"    device = {b.target.device!r}")
     for v, alloc in b.temporaries.items():
         if v in shape.outputs or any(v in st.outputs for st in shape.stages):
             continue                          # a region result, allocated below
