@@ -177,7 +177,8 @@ def test_bench_tune_stops_a_process_tree_of_several_sessions():
     import sys
     import time
 
-    from kforge.bench.packages import descendants, kill_tree
+    from kforge.bench.packages import kill_tree
+    from kforge.workers.admission import descendants
 
     code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
             "'import time; time.sleep(60)'], start_new_session=True); time.sleep(60)")

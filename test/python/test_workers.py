@@ -384,6 +384,46 @@ def test_memory_admission_waits_for_a_reservation_to_end(tmp_path, monkeypatch):
     assert reserved_bytes(folder) == 0 and "KFORGE_GPU_LOCK" not in os.environ
 
 
+def test_memory_a_reservation_has_taken_is_not_counted_twice(tmp_path, monkeypatch):
+    """The driver's free figure already lacks what an admitted task (or a sandbox below it)
+    holds: only the rest of its reservation is subtracted. Where the driver names no process,
+    the whole reservation counts, and a task that does not fit waits."""
+    import subprocess
+    import sys
+
+    from kforge.workers.admission import admitted, reserved_bytes
+    monkeypatch.setenv("KFORGE_DEVICE_LOCKS", str(tmp_path))
+    folder = tmp_path / "cuda-0"
+    folder.mkdir()
+    gib = 1 << 30
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (folder / "other.reservation").write_text(json.dumps({"pid": holder.pid,
+                                                              "bytes": 40 * gib}))
+        taken = {holder.pid: 36 * gib}                 # it has taken 36 of its 40 GiB
+        assert reserved_bytes(folder, taken) == 4 * gib
+        assert reserved_bytes(folder, None) == 40 * gib
+        free = lambda tag: 10 * gib                    # noqa: E731
+        with admitted(5 * gib, "cuda-0", probe=free, usage=lambda tag: taken) as waited:
+            assert waited < 1.0                        # 10 free - 4 outstanding >= 5
+        notes = []
+
+        def second():
+            with admitted(5 * gib, "cuda-0", probe=free, usage=lambda tag: {}, poll_s=0.1,
+                          on_wait=notes.append):
+                pass
+
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive() and notes and "40.0 GiB reserved" in notes[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    t.join(10)                                         # its reservation's process is gone
+    assert not t.is_alive()
+
+
 def test_sandbox_checks_wait_for_an_exclusive_holder_of_the_device_lock(tmp_path, monkeypatch):
     import fcntl
 

@@ -266,27 +266,11 @@ def tune_all(out: Path, selected, policies, jobs: int, timeout_s: float, rounds:
     return failed
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc; elsewhere none), whichever session it is in."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2:].split()       # after "pid (comm) "
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def kill_tree(pid: int) -> None:
     """SIGKILL `pid` and everything below it."""
     import signal
+
+    from kforge.workers.admission import descendants
     for p in [pid] + descendants(pid):
         try:
             os.kill(p, signal.SIGKILL)

@@ -5,11 +5,14 @@ that one task's Triton compiles and sandbox start-ups overlap another's checks. 
 that honest:
 
 * memory admission: a task starts its work only when the device's free memory, less what the
-  tasks already admitted on it have reserved, covers its estimate; its reservation lasts until
-  it ends. A task alone on a device is always admitted (it could never be otherwise). Counting
-  both the driver's free figure and the reservations is conservative: memory a running task has
-  taken is counted twice, so the rule can refuse a task that would have fit, never admit one
-  that does not.
+  tasks already admitted on it have reserved and not yet taken, covers its estimate; its
+  reservation lasts until it ends. A task alone on a device is always admitted (it could never
+  be otherwise). What a reservation has taken is what the driver reports for its process and
+  the processes below it (its sandboxes), so memory in use is not counted twice, once in the
+  free figure and once in the reservation (that made decode regions wait behind the prefill
+  regions' large reservations on the H200: "86.4 GiB free, 90.8 GiB reserved"). Where the
+  driver names no processes (another PID namespace, no nvidia-smi) every reservation counts in
+  full: the rule can then refuse a task that would have fit, never admit one that does not.
 * timing alone: the task's sandbox processes (kforge/verify/_worker.py) run correctness checks
   under a shared lock on the device and timed runs under an exclusive one (the lock file named
   by $KFORGE_GPU_LOCK), so every time in a verification record was taken with the GPU to itself.
@@ -29,7 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 # per sandbox process: a CUDA context, PyTorch's caching allocator and Triton's compiler. An
 # allowance, not a measurement; KFORGE_TASK_CONTEXT_MB overrides it.
@@ -97,6 +100,63 @@ def free_bytes(tag: str) -> int:
     return int(float(out.strip().splitlines()[0])) * (1 << 20)
 
 
+def process_usage(tag: str) -> dict[int, int]:
+    """Device memory in use per process id on device `tag`, as the driver reports it ({} where
+    it cannot say: the host's memory, no NVML or nvidia-smi)."""
+    if tag == "host-memory":
+        return {}
+    index = tag.rsplit("-", 1)[1]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            handle = (pynvml.nvmlDeviceGetHandleByUUID(index) if index.startswith("GPU-")
+                      else pynvml.nvmlDeviceGetHandleByIndex(int(index)))
+            return {int(p.pid): int(p.usedGpuMemory or 0)
+                    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+        finally:
+            pynvml.nvmlShutdown()
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - an unanswered question counts every reservation
+        return {}
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    try:
+        out = subprocess.run([smi, "-i", index, "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    usage = {}
+    for line in out.strip().splitlines():
+        pid, _, mib = line.partition(",")
+        try:
+            usage[int(pid)] = int(float(mib)) * (1 << 20)
+        except ValueError:
+            continue
+    return usage
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc; elsewhere none), whichever session it is in."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()       # after "pid (comm) "
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -107,23 +167,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def reserved_bytes(folder: Path) -> int:
+def reserved_bytes(folder: Path, usage: dict[int, int] | None = None) -> int:
+    """What the live reservations in `folder` hold and have not yet taken: each one's bytes,
+    less the device memory (`usage`, per process id) of its process and those below it."""
     total = 0
+    for pid, nbytes in _live(folder):
+        taken = sum(usage.get(q, 0) for q in [pid] + descendants(pid)) if usage else 0
+        total += max(0, nbytes - taken)
+    return total
+
+
+def _live(folder: Path) -> Iterator[tuple[int, int]]:
+    """(pid, bytes) of each reservation whose process lives; the others are removed."""
     for p in folder.glob("*.reservation"):
         try:
             doc = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        if _alive(int(doc.get("pid", 0))):
-            total += int(doc.get("bytes", 0))
+        pid = int(doc.get("pid", 0))
+        if _alive(pid):
+            yield pid, int(doc.get("bytes", 0))
         else:
             p.unlink(missing_ok=True)          # its task died: its memory is back
-    return total
 
 
 @contextlib.contextmanager
 def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
-             poll_s: float = 0.5, on_wait: Callable[[str], None] | None = None):
+             poll_s: float = 0.5, on_wait: Callable[[str], None] | None = None,
+             usage: Callable[[str], dict[int, int]] | None = process_usage):
     """Wait until `need` bytes of device `tag` are free for this task, reserve them for the
     block, and point $KFORGE_GPU_LOCK at the device's timing lock. Yields the seconds waited."""
     folder = lock_root() / tag
@@ -134,9 +205,10 @@ def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
     while True:
         with open(folder / "admit.lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            reserved = reserved_bytes(folder)
             free = probe(tag)
-            if reserved == 0 or free - reserved >= need:
+            alone = not any(_live(folder))
+            reserved = reserved_bytes(folder, usage(tag) if usage else None)
+            if alone or free - reserved >= need:
                 mine.write_text(json.dumps({"pid": os.getpid(), "bytes": int(need),
                                             "since": time.time()}))
                 break
@@ -157,5 +229,6 @@ def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
             os.environ["KFORGE_GPU_LOCK"] = old
 
 
-__all__ = ["admitted", "device_lock_path", "device_tag", "estimate_bytes", "free_bytes",
+__all__ = ["admitted", "descendants", "device_lock_path", "device_tag", "estimate_bytes",
+           "free_bytes", "process_usage",
            "reserved_bytes"]
