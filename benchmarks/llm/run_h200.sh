@@ -52,9 +52,10 @@ if has moe; then
 fi
 if has tune; then
   # TUNE_WORKERS=local:N: each package's regions over N processes (admitted by free memory,
-  # timed runs alone on the GPU: kforge.workers.admission)
+  # timed runs alone on the GPU: kforge.workers.admission); RETRY_REJECTED=1: regions rejected
+  # with a kernel this KForge now generates differently are verified again
   $PY -m kforge.bench.packages --tune --out "$PACKAGES" --jobs "${TUNE_JOBS:-6}" --gpus 1 \
-    ${TUNE_WORKERS:+--workers "$TUNE_WORKERS"} \
+    ${TUNE_WORKERS:+--workers "$TUNE_WORKERS"} ${RETRY_REJECTED:+--retry-rejected} \
     --rounds "${ROUNDS:-0}" --timeout "${TUNE_TIMEOUT:-300}" \
     --deadline "$(( START + ${TUNE_DEADLINE_S:-330} ))" --precision "$POLICIES" $WORKLOADS \
     > "$OUT/tune.log" 2>&1

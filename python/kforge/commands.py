@@ -231,7 +231,8 @@ def cmd_tune(args) -> int:
 
     with use_workers(args.workers, gpu_share=args.gpu_share):
         results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
-                               repair=args.repair, cache=cache, progress=progress)
+                               repair=args.repair, cache=cache, progress=progress,
+                               retry_rejected=args.retry_rejected)
     if not results:
         print(f"{args.package}: nothing to verify or tune for {package.target}")
     for h, status in results.items():
@@ -350,6 +351,10 @@ def register(subparsers) -> None:
                         "one the builtin generates that verifies, within N rounds (0: no)")
     p.add_argument("--provider", choices=PROVIDERS, default=None,
                    help="provider for optimization rounds (default: the kernel's own)")
+    p.add_argument("--retry-rejected", action="store_true",
+                   help="also the regions whose builtin kernel was rejected: generate it again "
+                        "with this KForge (same configuration) and verify it where the source "
+                        "changed (after an upgrade that fixed the generator)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     _workers_flags(p)

@@ -22,11 +22,13 @@ def pending_candidates(package: Package, target: str) -> list[str]:
 
 def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | None = None,
                  cache=None, progress: Callable[[str], None] | None = None,
-                 repair: int = 2, executor=None) -> dict:
+                 repair: int = 2, executor=None, retry_rejected: bool = False) -> dict:
     """Verify the package's candidate kernels on the target's device (and, with rounds > 0,
     run optimization passes on its verified kernels); record the results in the manifest.
     A builtin kernel that fails here is replaced by the next one the builtin generates that
-    verifies, within `repair` generate/verify rounds (0: leave it rejected).
+    verifies, within `repair` generate/verify rounds (0: leave it rejected). With
+    `retry_rejected`, a rejected builtin kernel whose source this KForge generates differently
+    for the same configuration (a fixed generator) becomes a candidate again, with that source.
     Regions run on `executor` (kforge.workers; default: this process), the device being the
     workers': a driver without a GPU can tune on a cluster's GPUs."""
     from kforge.cache import atomic_write_text
@@ -49,6 +51,12 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
         if entry.get("target") != target or h not in package.specs:
             continue
         status = (entry.get("verification") or {}).get("status")
+        if retry_rejected and status == "rejected":
+            entry = regenerated(package, h, entry, say)
+            if entry is None:
+                continue
+            manifest["kernels"][h] = entry
+            status = "candidate"
         if not (status == "candidate" or (rounds > 0 and status == "verified")):
             continue
         opts = SynthOptions(target=target, precision=package.precision,
@@ -89,6 +97,41 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     if results:
         say(note or relink(package.root))     # (every region failed: nothing was linked yet)
     return results
+
+
+def regenerated(package: Package, h: str, entry: dict,
+                say: Callable[[str], None]) -> dict | None:
+    """A rejected builtin entry as a candidate again, its kernel generated anew for the same
+    configuration and written into the package; None where the source is unchanged (the same
+    code would get the same verdict) or the builtin cannot generate it any more."""
+    import hashlib
+
+    from kforge.cache import atomic_write_text
+    import json
+
+    from kforge.providers.builtin import candidates, config_space
+    config = (entry.get("launch") or {}).get("config")
+    if entry.get("provider") != "builtin" or config is None:
+        return None
+    spec = package.specs[h]
+    key = json.dumps(config, sort_keys=True)
+    try:      # the space's own dict (its key order is what the kernel's docstring shows)
+        config = next((c for c in config_space(spec, package.target, package.precision)
+                       if json.dumps(c, sort_keys=True) == key), config)
+    except Exception:  # noqa: BLE001 - no space (CannotGenerate): the config as recorded
+        pass
+    fresh = candidates(spec, package.target, package.precision, [config])
+    path = package.root / entry["source"]
+    old = path.read_text() if path.is_file() else ""
+    if not fresh or fresh[0].source == old:
+        say(f"region {h}: rejected, and this KForge generates the same kernel for it")
+        return None
+    atomic_write_text(path, fresh[0].source)
+    say(f"region {h}: rejected before; generated again, to verify")
+    return dict(entry, status="candidate",
+                sha256=hashlib.sha256(fresh[0].source.encode()).hexdigest(),
+                verification={"status": "candidate", "reason": "regenerated",
+                              "previous": entry.get("verification")})
 
 
 def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
@@ -197,4 +240,5 @@ def _free_device_bytes(tag: str) -> int:
     return free_bytes(tag)
 
 
-__all__ = ["device_admission", "pending_candidates", "tune_entry", "tune_package"]
+__all__ = ["device_admission", "pending_candidates", "regenerated", "tune_entry",
+           "tune_package"]

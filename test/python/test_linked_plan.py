@@ -176,3 +176,42 @@ def test_a_tune_where_every_region_failed_reports_and_links(package, tmp_path, m
     assert results and set(results.values()) == {"failed"}
     assert any("linked plan" in n for n in notes)
     assert not kernel_steps(pkg)[0]
+
+
+def test_retry_rejected_regenerates_a_fixed_kernel_and_verifies_it(package, tmp_path,
+                                                                    monkeypatch):
+    """`kforge tune --retry-rejected`: a region rejected with a kernel that this KForge would
+    generate differently (the generator was fixed since) gets the new kernel and is verified
+    again, for real on the interpreter; one whose kernel is unchanged is left rejected."""
+    import hashlib
+    import shutil
+
+    from kforge.tune import tune_package
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    manifest = read_manifest(pkg)
+    fixed, same = sorted(manifest["kernels"])[:2]
+    for h in (fixed, same):
+        manifest["kernels"][h]["verification"] = {"status": "rejected", "reason": "runtime_error"}
+        manifest["kernels"][h]["status"] = "rejected"
+    path = pkg / manifest["kernels"][fixed]["source"]
+    good = path.read_text()
+    broken = good.replace("def launch(", "def _never():\n    raise RuntimeError('old bug')\n\n\n"
+                                         "def launch(", 1)
+    path.write_text(broken)                       # what an older generator wrote
+    manifest["kernels"][fixed]["sha256"] = hashlib.sha256(broken.encode()).hexdigest()
+    write_manifest(pkg, manifest)
+    monkeypatch.setenv("KFORGE_OPT", str(tmp_path / "no-kforge-opt"))
+    notes = []
+    results = tune_package(pkg, retry_rejected=True, progress=notes.append)
+    after = read_manifest(pkg)["kernels"]
+    assert results[fixed] == "verified" and same not in results
+    assert after[fixed]["verification"]["status"] == "verified"
+    assert path.read_text() == good
+    assert after[fixed]["sha256"] == hashlib.sha256(good.encode()).hexdigest()
+    assert after[same]["verification"]["status"] == "rejected"
+    assert any(f"region {same}: rejected, and this KForge generates the same" in n
+               for n in notes)
+    assert fixed in kernel_steps(pkg)[0]
+    # without the flag the rejected region is not retried
+    assert same not in tune_package(pkg)

@@ -327,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=argparse.SUPPRESS)   # internal: --out PKG from SRC_PKG's regions
     p.add_argument("--rounds", type=int, default=0,
                    help="with --tune: optimization rounds per region (`kforge tune --rounds`)")
+    p.add_argument("--retry-rejected", action="store_true",
+                   help="with --tune: also regions whose builtin kernel was rejected, where this "
+                        "KForge generates it differently (`kforge tune --retry-rejected`)")
     p.add_argument("--gpus", type=int, default=0,
                    help="with --tune: spread the jobs over this many GPUs (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
@@ -350,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         selected = wl_mod.shards(selected, args.shard)
     policies = [x for x in args.precision.split(",") if x]
     if args.tune:
+        tune_args = workers + (["--retry-rejected"] if args.retry_rejected else [])
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,
-                             args.gpus, args.deadline, workers) else 0
+                             args.gpus, args.deadline, tune_args) else 0
     args.out.mkdir(parents=True, exist_ok=True)
     _write_build_record(args.out, policies, args.target)
     failed = 0
