@@ -13,9 +13,11 @@ for Llama-3-8B's four layers at batch 64, where the copy alone would cost 2 ms o
 is read where the caller keeps it. Its address is then part of the capture's key: a call with
 the same tensor (or another view of the same memory, same shape and strides) replays, a call
 with another tensor gets a capture of its own. The graph holds a reference to the tensor it
-reads, so that address cannot be given to another tensor while the capture exists. A plan that
-writes to one of its inputs (seen by the tensor's version counter during the warm-up runs) is
-captured on copies again, as before.
+reads, so that address cannot be given to another tensor while the capture exists. A caller
+that passes new large tensors of the same shapes again and again (ADDRESS_MISSES captures for
+one signature) gets copies from then on: one capture, and no references held to its old
+tensors. A plan that writes to one of its inputs (seen by the tensor's version counter during
+the warm-up runs) is captured on copies again, as before.
 
 A plan that cannot be captured (a fallback op that synchronizes, like a boolean-mask index or
 `nonzero`) runs as before; the reason is kept in `PlanGraphs.skipped` and said once as a warning.
@@ -33,6 +35,8 @@ import torch
 MAX_GRAPHS = 8
 # inputs this large are read in place rather than copied into the graph's buffers
 BORROW_BYTES = 32 << 20
+# new addresses for the same shapes before large inputs are copied instead
+ADDRESS_MISSES = 2
 
 
 def _large(t: torch.Tensor) -> bool:
@@ -58,6 +62,7 @@ class PlanGraphs:
         self.skipped: dict[tuple, str] = {}
         self.pool = None
         self.borrow = True          # False once a plan wrote to an input it would have borrowed
+        self.address_misses = 0     # captures made only because a large input moved
 
     def reset(self) -> None:
         self.captured.clear()
@@ -76,6 +81,16 @@ class PlanGraphs:
         if key in self.skipped:
             return self.run_plan(args)
         entry = self.captured.get(key)
+        if entry is None and self.borrow and any(_shapes(k) == _shapes(key)
+                                                 for k in self.captured):
+            self.address_misses += 1
+            if self.address_misses >= ADDRESS_MISSES:
+                # new large tensors every call: copy them in, and let the old ones go
+                self.borrow = False
+                self.captured = {k: e for k, e in self.captured.items()
+                                 if all(ptr is None for *_, ptr in k)}
+                key = self.signature(args)
+                entry = self.captured.get(key)
         if entry is None:
             entry = self._capture(key, args)
             if entry is None:
@@ -129,9 +144,14 @@ class PlanGraphs:
         return entry
 
 
+def _shapes(key: tuple) -> tuple:
+    """A capture key without the addresses of the inputs read in place."""
+    return tuple(part[:3] for part in key)
+
+
 def _describe(step) -> str:
     name = getattr(step, "call", None) or getattr(step, "name", None) or type(step).__name__
     return f"{type(step).__name__} {name} -> {', '.join(getattr(step, 'results', ()))}"
 
 
-__all__ = ["PlanGraphs", "graphs_wanted", "MAX_GRAPHS"]
+__all__ = ["ADDRESS_MISSES", "BORROW_BYTES", "MAX_GRAPHS", "PlanGraphs", "graphs_wanted"]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kforge.graphs import BORROW_BYTES, PlanGraphs
+from kforge.graphs import ADDRESS_MISSES, BORROW_BYTES, PlanGraphs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -50,3 +50,18 @@ def test_a_plan_that_writes_to_an_input_is_captured_on_copies():
     big.fill_(4.0)
     (out,) = graphs([small, big])
     torch.testing.assert_close(out, small + 4.0)
+
+
+def test_new_large_tensors_every_call_are_copied_after_a_few_captures():
+    """A caller that allocates its cache anew each step would otherwise get a capture (and a
+    reference to its 4 GB tensor) per call: after ADDRESS_MISSES new addresses for one
+    signature the graphs copy large inputs too, and keep no borrowed tensor."""
+    graphs = PlanGraphs(_plan, torch.device("cuda"))
+    small = torch.ones(1, 256, device="cuda")
+    for i in range(ADDRESS_MISSES + 3):
+        big = _big(float(i))
+        (out,) = graphs([small, big])
+        torch.testing.assert_close(out, _plan([small, big])[0])
+    assert graphs.borrow is False and len(graphs.captured) == 1
+    entry = next(iter(graphs.captured.values()))
+    assert all(t is not big for t in entry.inputs)
