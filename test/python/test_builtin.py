@@ -262,7 +262,9 @@ def test_device_targets_generate_their_own_code(target):
         compile(c.source, "candidate.py", "exec")
         if target == "cuda":    # Hopper wgmma needs BLOCK_M % 64 == 0 and 4 or 8 warps
             assert c.config["BLOCK_M"] % 64 == 0 and c.config["num_warps"] in (4, 8)
-    src = candidates(s, target, "bf16")[0].source
+    bf16 = candidates(s, target, "bf16")
+    assert bf16[0].config["input_precision"] == "fp16x1"     # 8 rows: decode-shaped
+    src = next(c for c in bf16 if c.config.get("input_precision") is None).source
     assert ".to(tl.bfloat16)" in src and "prepare_weights" in src
 
 

@@ -74,7 +74,9 @@ def test_absent_gpu_screen_skips_configs_that_spill(monkeypatch):
         return [xc.KernelReport("k_gemm", True, mma="wgmma", registers=255 if spill else 160,
                                 spill_stores=spill, spill_loads=spill)]
     monkeypatch.setattr(xc, "compile_source", fake)
-    for policy, scheme in (("tf32", "tf32"), ("bf16", None)):   # not the accuracy fallback
+    # not the accuracy fallback: the policy's own first scheme (8 rows: a decode-shaped GEMM,
+    # whose first scheme under bf16 on a GPU is fp16x1)
+    for policy, scheme in (("tf32", "tf32"), ("bf16", "fp16x1")):
         calls.clear()
         req = GenerationRequest(spec, "", "", policy, "cuda", "functional", 0)
         cand = BuiltinProvider().generate(req)[0]

@@ -1,0 +1,154 @@
+"""How far a decode step's logits move when its GEMM operands are rounded as a kernel scheme
+rounds them: on the CPU, at the workload's real size, against the fp32 model (issue 12).
+
+The zoo LLM workload runs in fp32 twice: once as it is, once with the operands of every
+nn.Linear product (and of the MoE experts' products, gpt-oss) rounded first. Schemes:
+
+    bf16     operands rounded to bf16 (the bf16 policy's own GEMMs)
+    fp16x1   each operand row (A) / weight column scaled by a power of two, rounded to fp16:
+             KForge's fp16x1 products (8x finer than bf16, the same bytes)
+    f64      the product in float64, rounded back: more accurate than fp32
+    none     as fp32
+
+The report is the bf16 policy's check of `kforge bench`: |out - ref| against
+1e-2 x max(1, RMS(ref)) + 1e-2 x |ref|, its worst ratio and the rows (sequences) over it.
+
+    python benchmarks/llm/emulate_rounding.py llama3_8b --modes bf16,fp16x1
+    python benchmarks/llm/emulate_rounding.py gpt_oss_20b --layers 2 --vocab 32000 \\
+        --modes linear=fp16x1:moe=bf16,linear=f64:moe=f64:router=f64
+
+A mode is one scheme for everything, or `part=scheme` items joined by ':' (parts: linear, the
+projections and the LM head; router, gpt-oss's expert router; moe, the experts' products;
+unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTS = ("linear", "router", "moe")
+LINEAR = torch.nn.functional.linear          # the original, whatever install() puts in its place
+
+
+def rounded(x: torch.Tensor, scheme: str, dim: int) -> torch.Tensor:
+    if scheme in ("none", "f64"):
+        return x
+    if scheme == "bf16":
+        return x.to(torch.bfloat16).float()
+    if scheme == "fp16x1":
+        amax = x.abs().amax(dim=dim, keepdim=True)
+        scale = torch.ldexp(torch.ones_like(amax), 15 - torch.frexp(amax)[1])
+        return (x * scale).to(torch.float16).float() / scale
+    raise ValueError(f"unknown scheme {scheme!r}")
+
+
+def product(a: torch.Tensor, b: torch.Tensor, scheme: str) -> torch.Tensor:
+    """a @ b (b: [K, N]) with the scheme's operand rounding."""
+    if scheme == "f64":
+        return (a.double() @ b.double()).float()
+    return rounded(a, scheme, -1) @ rounded(b, scheme, 0)
+
+
+def parse_mode(text: str) -> dict:
+    if "=" not in text:
+        return {p: text for p in PARTS}
+    mode = {p: "none" for p in PARTS}
+    for item in text.split(":"):
+        part, _, scheme = item.partition("=")
+        if part not in PARTS:
+            raise SystemExit(f"unknown part {part!r} in {text!r} (parts: {', '.join(PARTS)})")
+        mode[part] = scheme
+    return mode
+
+
+def install(mode: dict, router_rows: int | None) -> None:
+    """Route nn.Linear and the gpt-oss experts through the mode's rounding."""
+    linear = LINEAR
+
+    def rounded_linear(x, w, b=None):
+        scheme = mode["router"] if router_rows is not None and w.shape[0] == router_rows \
+            else mode["linear"]
+        if scheme == "none":
+            return linear(x, w, b)
+        out = product(x.reshape(-1, x.shape[-1]), w.t(), scheme).reshape(*x.shape[:-1], -1)
+        return out if b is None else out + b
+
+    torch.nn.functional.linear = rounded_linear if any(v != "none" for v in mode.values()) \
+        else linear
+    try:
+        from transformers.models.gpt_oss import modeling_gpt_oss as oss
+    except ImportError:
+        return
+
+    def experts(self, hidden_states, router_indices=None, routing_weights=None):
+        scheme = mode["moe"]
+        out = torch.zeros_like(hidden_states)
+        mask = torch.nn.functional.one_hot(router_indices, num_classes=self.num_experts)
+        mask = mask.permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
+            e = e[0]
+            pos, tokens = torch.where(mask[e])
+            gate_up = product(hidden_states[tokens], self.gate_up_proj[e], scheme) \
+                + self.gate_up_proj_bias[e]
+            down = product(self._apply_gate(gate_up), self.down_proj[e], scheme) \
+                + self.down_proj_bias[e]
+            out.index_add_(0, tokens, down * routing_weights[tokens, pos, None])
+        return out
+
+    oss.GptOssExperts.forward = experts
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="a zoo LLM file of benchmarks/models (llama3_8b, gpt_oss_20b)")
+    p.add_argument("--modes", default="bf16,fp16x1", help="comma-separated modes (see above)")
+    p.add_argument("--layers", type=int, default=None, help="KFORGE_LLM_LAYERS (default: row's)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="a smaller vocabulary, to fit the CPU's memory (the error of a logit "
+                        "does not depend on how many there are)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    os.environ.update(KFORGE_ZOO_SIZE="real", KFORGE_LLM_PHASE="decode")
+    if args.layers:
+        os.environ["KFORGE_LLM_LAYERS"] = str(args.layers)
+    sys.path[:0] = [str(ROOT / "python"), str(ROOT / "benchmarks" / "models")]
+    torch.set_num_threads(args.threads)
+    module = __import__(args.model)
+    if args.vocab:
+        module.SIZES["real"]["vocab_size"] = args.vocab
+    torch.manual_seed(args.seed)
+    model = module.Model("real").eval()
+    inputs = module.get_inputs()
+    experts = getattr(model.config, "num_local_experts", None)
+    modes = [parse_mode(m) for m in args.modes.split(",") if m]
+    with torch.no_grad():
+        install(parse_mode("none"), experts)
+        t0 = time.perf_counter()
+        ref = model(*inputs)
+        rms = ref.pow(2).mean().sqrt().item()
+        print(f"{args.model} decode, {model.config.num_hidden_layers} layers: fp32 in "
+              f"{time.perf_counter() - t0:.1f} s; logits RMS {rms:.3f}, max |ref| "
+              f"{ref.abs().max().item():.3f}", flush=True)
+        tol = 0.01 * max(1.0, rms) + 0.01 * ref.abs()
+        for mode in modes:
+            install(mode, experts)
+            err = (model(*inputs) - ref).abs()
+            rows = int((err > tol).flatten(1).any(-1).sum())
+            name = ", ".join(f"{k} {v}" for k, v in mode.items()
+                             if experts is not None or k == "linear")
+            print(f"{name}: max abs {err.max().item():.4f}, worst / tolerance "
+                  f"{(err / tol).max().item():.2f}, sequences over it {rows} of "
+                  f"{err.shape[0]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
