@@ -46,7 +46,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     say = progress or (lambda m: None)
     sizes = tuple(package.meta.get("dynamic_sizes") or SynthOptions().dynamic_sizes)
     cache_root, cache_mode = cache_location(cache)
-    tasks = []
+    tasks, renewed = [], False
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
             continue
@@ -56,7 +56,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             if entry is None:
                 continue
             manifest["kernels"][h] = entry
-            status = "candidate"
+            status, renewed = "candidate", True
         if not (status == "candidate" or (rounds > 0 and status == "verified")):
             continue
         opts = SynthOptions(target=target, precision=package.precision,
@@ -68,6 +68,8 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                                 cache_mode=cache_mode, tune=job,
                                 log_dir=None if executor.remote() else
                                 str(package.root / "regions")))
+    if renewed:         # the new kernel files and their entries agree before any region runs
+        write_manifest(package.root, manifest)
     results, attempts, note = {}, [], ""
 
     def on_event(ev) -> None:
@@ -105,10 +107,9 @@ def regenerated(package: Package, h: str, entry: dict,
     configuration and written into the package; None where the source is unchanged (the same
     code would get the same verdict) or the builtin cannot generate it any more."""
     import hashlib
-
-    from kforge.cache import atomic_write_text
     import json
 
+    from kforge.cache import atomic_write_text
     from kforge.providers.builtin import candidates, config_space
     config = (entry.get("launch") or {}).get("config")
     if entry.get("provider") != "builtin" or config is None:
