@@ -222,7 +222,6 @@ def cmd_tune(args) -> int:
     _prepare_triton(package.target)
     from kforge.runtime import tune_package
     from kforge.workers import use_workers
-    import time
     cache = None if args.no_cache else _cache_for_tune(args)
     t0 = time.monotonic()
 

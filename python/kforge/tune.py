@@ -107,21 +107,13 @@ def regenerated(package: Package, h: str, entry: dict,
     configuration and written into the package; None where the source is unchanged (the same
     code would get the same verdict) or the builtin cannot generate it any more."""
     import hashlib
-    import json
 
     from kforge.cache import atomic_write_text
-    from kforge.providers.builtin import candidates, config_space
+    from kforge.providers.builtin import candidates
     config = (entry.get("launch") or {}).get("config")
     if entry.get("provider") != "builtin" or config is None:
         return None
-    spec = package.specs[h]
-    key = json.dumps(config, sort_keys=True)
-    try:      # the space's own dict (its key order is what the kernel's docstring shows)
-        config = next((c for c in config_space(spec, package.target, package.precision)
-                       if json.dumps(c, sort_keys=True) == key), config)
-    except Exception:  # noqa: BLE001 - no space (CannotGenerate): the config as recorded
-        pass
-    fresh = candidates(spec, package.target, package.precision, [config])
+    fresh = candidates(package.specs[h], package.target, package.precision, [config])
     path = package.root / entry["source"]
     old = path.read_text() if path.is_file() else ""
     if not fresh or fresh[0].source == old:

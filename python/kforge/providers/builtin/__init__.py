@@ -82,12 +82,16 @@ def candidates(spec, target, precision: str, configs: list[dict] | None = None) 
         return []
     out = []
     for config in configs if configs is not None else space:
+        index = next((i for i, c in enumerate(space) if c == config), len(space))
+        if index < len(space):
+            # the space's own dict (a manifest's config has its keys sorted): the source, its
+            # docstring included, is the one the space's order generates
+            config = space[index]
         try:
             source = op_region[1](spec, target, precision, config) if shape is None \
                 else generate_source(spec, target, precision, config, shape)
         except (CannotGenerate, ValueError):
             continue
-        index = next((i for i, c in enumerate(space) if c == config), len(space))
         kind = op_region[2] if shape is None else shape.kind
         out.append(Candidate(id=candidate_id_prefix(spec.hash, precision, target.name)
                              + str(index),

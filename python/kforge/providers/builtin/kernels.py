@@ -1029,12 +1029,7 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
     spec, target = b.spec, b.target
     outputs = stage.stores
     if stage.kind == "elementwise":
-        groups: dict[int, list[str]] = {}
-        for o in outputs:
-            groups.setdefault(math.prod(spec.tensor(o).shape), []).append(o)
-        for i, group in enumerate(groups.values()):
-            suffix = "" if len(groups) == 1 else f"_{i}"
-            build_elementwise(b, group, config, f"{stem}_elementwise{suffix}")
+        _elementwise_by_size(b, outputs, config, f"{stem}_elementwise")
         return
     if stage.kind == "rows":
         build_rows(b, outputs, stage.rows, stage.cols, config, f"{stem}_rows")
@@ -1099,14 +1094,20 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
 
 
 def _epilogues(b: _Builder, outputs: list[str], config: dict, stem: str) -> None:
-    """Elementwise kernels that finish a stored GEMM product into the region's outputs: one per
-    output size (q and k rotated by RoPE are [.., 64] halves and [.., 128] wholes of one product)."""
+    """Elementwise kernels that finish a stored GEMM product into the region's outputs (q and k
+    rotated by RoPE are [.., 64] halves and [.., 128] wholes of one product)."""
+    _elementwise_by_size(b, outputs, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
+                         f"{stem}_epilogue")
+
+
+def _elementwise_by_size(b: _Builder, outputs: list[str], config: dict, name: str) -> None:
+    """One elementwise kernel per output size (a launch covers one domain), `name`, or
+    `name_0`, `name_1`, ... where there are several."""
     groups: dict[int, list[str]] = {}
     for o in outputs:
         groups.setdefault(math.prod(b.spec.tensor(o).shape), []).append(o)
     for i, group in enumerate(groups.values()):
-        build_elementwise(b, group, config.get("epilogue", {"BLOCK": 1024, "num_warps": 4}),
-                          f"{stem}_epilogue" + ("" if len(groups) == 1 else f"_{i}"))
+        build_elementwise(b, group, config, name + ("" if len(groups) == 1 else f"_{i}"))
 
 
 def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
