@@ -70,6 +70,18 @@ def estimate_bytes(spec, *, context_bytes: int | None = None) -> int:
     return int(context_bytes + OPERAND_COPIES * int(getattr(spec, "min_bytes", 0) or 0))
 
 
+def _nvml(index: str, ask: Callable):
+    """ask(pynvml, handle) for the GPU `index` (a number or a UUID), between NVML's init and
+    shutdown; ImportError where pynvml is not installed."""
+    import pynvml
+    pynvml.nvmlInit()
+    try:
+        return ask(pynvml, pynvml.nvmlDeviceGetHandleByUUID(index) if index.startswith("GPU-")
+                   else pynvml.nvmlDeviceGetHandleByIndex(int(index)))
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def free_bytes(tag: str) -> int:
     """Free memory of a device (tag from device_tag): NVML or nvidia-smi for an NVIDIA GPU (no
     CUDA context is made for asking), MemAvailable for the host."""
@@ -81,14 +93,7 @@ def free_bytes(tag: str) -> int:
         raise OSError("/proc/meminfo has no MemAvailable")
     index = tag.rsplit("-", 1)[1]
     try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            handle = (pynvml.nvmlDeviceGetHandleByUUID(index) if index.startswith("GPU-")
-                      else pynvml.nvmlDeviceGetHandleByIndex(int(index)))
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
-        finally:
-            pynvml.nvmlShutdown()
+        return _nvml(index, lambda nvml, gpu: int(nvml.nvmlDeviceGetMemoryInfo(gpu).free))
     except ImportError:
         pass
     smi = shutil.which("nvidia-smi")
@@ -107,15 +112,9 @@ def process_usage(tag: str) -> dict[int, int]:
         return {}
     index = tag.rsplit("-", 1)[1]
     try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            handle = (pynvml.nvmlDeviceGetHandleByUUID(index) if index.startswith("GPU-")
-                      else pynvml.nvmlDeviceGetHandleByIndex(int(index)))
-            return {int(p.pid): int(p.usedGpuMemory or 0)
-                    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
-        finally:
-            pynvml.nvmlShutdown()
+        return _nvml(index, lambda nvml, gpu: {
+            int(p.pid): int(p.usedGpuMemory or 0)
+            for p in nvml.nvmlDeviceGetComputeRunningProcesses(gpu)})
     except ImportError:
         pass
     except Exception:  # noqa: BLE001 - an unanswered question counts every reservation
@@ -139,8 +138,8 @@ def process_usage(tag: str) -> dict[int, int]:
     return usage
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc; elsewhere none), whichever session it is in."""
+def _children() -> dict[int, list[int]]:
+    """Each process's children, from /proc (Linux; elsewhere none)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -149,6 +148,13 @@ def descendants(pid: int) -> list[int]:
             continue
         fields = text[text.rfind(")") + 2:].split()       # after "pid (comm) "
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return children
+
+
+def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """Every process below `pid`, whichever session it is in (`children`: a _children() map
+    to walk, read afresh when not given)."""
+    children = _children() if children is None else children
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -170,11 +176,16 @@ def _alive(pid: int) -> bool:
 def reserved_bytes(folder: Path, usage: dict[int, int] | None = None) -> int:
     """What the live reservations in `folder` hold and have not yet taken: each one's bytes,
     less the device memory (`usage`, per process id) of its process and those below it."""
-    total = 0
-    for pid, nbytes in _live(folder):
-        taken = sum(usage.get(q, 0) for q in [pid] + descendants(pid)) if usage else 0
-        total += max(0, nbytes - taken)
-    return total
+    return _outstanding(list(_live(folder)), usage)
+
+
+def _outstanding(live: list[tuple[int, int]], usage: dict[int, int] | None) -> int:
+    """reserved_bytes over (pid, bytes) pairs of live reservations (one read of /proc)."""
+    if not usage:
+        return sum(nbytes for _, nbytes in live)
+    children = _children()
+    return sum(max(0, nbytes - sum(usage.get(q, 0) for q in [pid] + descendants(pid, children)))
+               for pid, nbytes in live)
 
 
 def _live(folder: Path) -> Iterator[tuple[int, int]]:
@@ -206,9 +217,9 @@ def admitted(need: int, tag: str, *, probe: Callable[[str], int] = free_bytes,
         with open(folder / "admit.lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             free = probe(tag)
-            alone = not any(_live(folder))
-            reserved = reserved_bytes(folder, usage(tag) if usage else None)
-            if alone or free - reserved >= need:
+            live = list(_live(folder))
+            reserved = _outstanding(live, usage(tag) if usage and live else None)
+            if not live or free - reserved >= need:
                 mine.write_text(json.dumps({"pid": os.getpid(), "bytes": int(need),
                                             "since": time.time()}))
                 break
