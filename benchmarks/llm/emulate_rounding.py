@@ -18,8 +18,8 @@ The report is the bf16 policy's check of `kforge bench`: |out - ref| against
         --modes linear=fp16x1:moe=bf16,linear=f64:moe=f64:router=f64
 
 A mode is one scheme for everything, or `part=scheme` items joined by ':' (parts: linear, the
-projections and the LM head; router, gpt-oss's expert router; moe, the experts' products;
-unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
+projections; head, the LM head (the projections' scheme where not named); router, gpt-oss's
+expert router; moe, the experts' products; unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("linear", "router", "moe")
+PARTS = ("linear", "head", "router", "moe")
 LINEAR = torch.nn.functional.linear          # the original, whatever install() puts in its place
 
 
@@ -59,21 +59,25 @@ def parse_mode(text: str) -> dict:
     if "=" not in text:
         return {p: text for p in PARTS}
     mode = {p: "none" for p in PARTS}
+    named = set()
     for item in text.split(":"):
         part, _, scheme = item.partition("=")
         if part not in PARTS:
             raise SystemExit(f"unknown part {part!r} in {text!r} (parts: {', '.join(PARTS)})")
         mode[part] = scheme
+        named.add(part)
+    if "head" not in named:
+        mode["head"] = mode["linear"]
     return mode
 
 
-def install(mode: dict, router_rows: int | None) -> None:
+def install(mode: dict, router_rows: int | None, vocab: int) -> None:
     """Route nn.Linear and the gpt-oss experts through the mode's rounding."""
     linear = LINEAR
 
     def rounded_linear(x, w, b=None):
         scheme = mode["router"] if router_rows is not None and w.shape[0] == router_rows \
-            else mode["linear"]
+            else mode["head"] if w.shape[0] == vocab else mode["linear"]
         if scheme == "none":
             return linear(x, w, b)
         out = product(x.reshape(-1, x.shape[-1]), w.t(), scheme).reshape(*x.shape[:-1], -1)
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
     experts = getattr(model.config, "num_local_experts", None)
     modes = [parse_mode(m) for m in args.modes.split(",") if m]
     with torch.no_grad():
-        install(parse_mode("none"), experts)
+        install(parse_mode("none"), experts, model.config.vocab_size)
         t0 = time.perf_counter()
         ref = model(*inputs)
         rms = ref.pow(2).mean().sqrt().item()
@@ -139,7 +143,7 @@ def main(argv=None) -> int:
               f"{ref.abs().max().item():.3f}", flush=True)
         tol = 0.01 * max(1.0, rms) + 0.01 * ref.abs()
         for mode in modes:
-            install(mode, experts)
+            install(mode, experts, model.config.vocab_size)
             err = (model(*inputs) - ref).abs()
             rows = int((err > tol).flatten(1).any(-1).sum())
             name = ", ".join(f"{k} {v}" for k, v in mode.items()

@@ -31,6 +31,7 @@ from typing import Callable
 
 from kforge.cache import KernelCache, atomic_write_text
 from kforge.errors import UserError
+from kforge.selection import region_precision, selection_feeders
 
 PACKAGE_SCHEMA = "kforge.package"
 MANIFEST_SCHEMA = "kforge.manifest"
@@ -279,10 +280,17 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     t0 = time.monotonic()
     rows, tasks = {}, []
     cache_root, cache_mode = cache_location(cache)
+    feeders = selection_feeders(package.plan)
+    region_opts, raised = {}, {}
+    for h in hashes:
+        precision, why = region_precision(options.precision, feeders, h)
+        region_opts[h] = replace(options, precision=precision)
+        if why:
+            raised[h] = why
     for h in hashes:
         spec = package.specs[h]
         entry = manifest["kernels"].get(h)
-        if reusable_entry(pkg, entry, options):
+        if reusable_entry(pkg, entry, region_opts[h]):
             sink.region(h, spec)
             row = {"hash": h, "name": spec.name, "status": entry["status"],
                    "provider": entry["provider"], "rounds": entry.get("rounds", 0),
@@ -294,7 +302,8 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
             continue
         mlir_path = pkg / "regions" / f"{h}.mlir"
         tasks.append(RegionTask(
-            "synth", h, spec, options, mlir_path.read_text() if mlir_path.is_file() else "",
+            "synth", h, spec, region_opts[h],
+            mlir_path.read_text() if mlir_path.is_file() else "",
             cache_root, cache_mode, None if executor.remote() else str(pkg / "regions"),
             provider=provider))
     attempts, finished, verified = [], set(), set()
@@ -310,7 +319,7 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
         elif ev.kind == "note":
             sink.note(ev.hash, ev.data)
         elif ev.kind == "verified" and ev.hash not in finished:
-            _record_entry(pkg, manifest, ev.hash, ev.data, options)   # before its tuning
+            _record_entry(pkg, manifest, ev.hash, ev.data, region_opts[ev.hash])  # before tuning
             verified.add(ev.hash)
 
     for outcome in executor.run(tasks, on_event):
@@ -340,6 +349,9 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
         rows[h] = _region_row(package.specs[h], row)
         sink.done(h, row)
     sink.stop()
+    for h, why in raised.items():
+        if h in rows:
+            rows[h].update(precision=region_opts[h].precision, precision_reason=why)
     report.regions = [rows[h] for h in hashes if h in rows]
     report.workers = {**executor.describe(), "attempts": attempts}
     report.stages["synth"] = round(time.monotonic() - t0, 3)
@@ -519,6 +531,11 @@ def report_markdown(report: dict) -> str:
     for row in report_rows(report):
         lines.append("| " + " | ".join(row) + " |")
     notes = [f"- `{r['hash']}`: {r['message']}" for r in report["regions"] if r.get("message")]
+    raised = [r for r in report["regions"] if r.get("precision_reason")]
+    if raised:
+        notes.append(f"- {len(raised)} regions compiled `strict` "
+                     f"({', '.join('`' + r['hash'] + '`' for r in raised)}): "
+                     f"{raised[0]['precision_reason']}")
     if notes:
         lines += ["", "Notes:", *notes]
     if not report.get("linked"):

@@ -24,6 +24,7 @@ import torch
 from kforge.errors import UserError
 from kforge.modelfile import load_model_file
 from kforge.package import Package, open_package
+from kforge.selection import meets, region_precision, selection_feeders
 from kforge.tune import pending_candidates, tune_package
 
 
@@ -88,14 +89,20 @@ def default_device(target: str) -> str:
 
 
 def usable_kernels(package: Package, target: str) -> dict[str, dict]:
-    """Manifest entries that may run here: verified, for this target."""
+    """Manifest entries that may run here: verified, for this target, under a policy that
+    meets what the region needs: the package's, or strict where it feeds a selection op
+    (kforge.selection; a strict kernel meets bf16)."""
     out = {}
+    feeders = selection_feeders(package.plan)
     for h, entry in package.manifest.get("kernels", {}).items():
         ver = entry.get("verification") or {}
         if entry.get("faster_than_pytorch") is False:
             continue          # a kernel-backed fallback slower than PyTorch's own op
+        # a region that feeds a selection op needs a strict kernel (an older package's bf16
+        # one runs its reference until `kforge tune` requalifies it)
+        needed, _ = region_precision(package.precision, feeders, h)
         if entry.get("target") == target and ver.get("status") == "verified" and \
-                ver.get("precision", entry.get("precision")) == package.precision:
+                meets(ver.get("precision", entry.get("precision")), needed):
             out[h] = entry
     return out
 

@@ -12,6 +12,7 @@ from typing import Callable
 from kforge.errors import UserError
 from kforge.verify.verifier import VerificationOutOfMemory, is_out_of_memory
 from kforge.package import Package, open_package, read_manifest, relink, write_manifest
+from kforge.selection import region_precision, selection_feeders
 
 
 def pending_candidates(package: Package, target: str) -> list[str]:
@@ -47,10 +48,18 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     sizes = tuple(package.meta.get("dynamic_sizes") or SynthOptions().dynamic_sizes)
     cache_root, cache_mode = cache_location(cache)
     tasks, renewed = [], False
+    feeders = selection_feeders(package.plan)
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
             continue
         status = (entry.get("verification") or {}).get("status")
+        precision, why = region_precision(package.precision, feeders, h)
+        if entry.get("precision", package.precision) != precision:
+            # a package built before kforge.selection: this region feeds a selection op
+            fresh = requalified(package, h, entry, precision, why, say)
+            if fresh is not None:
+                manifest["kernels"][h] = entry = fresh
+                status, renewed = "candidate", True
         if retry_rejected and status == "rejected":
             entry = regenerated(package, h, entry, say)
             if entry is None:
@@ -59,7 +68,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             status, renewed = "candidate", True
         if not (status == "candidate" or (rounds > 0 and status == "verified")):
             continue
-        opts = SynthOptions(target=target, precision=package.precision,
+        opts = SynthOptions(target=target, precision=entry.get("precision", precision),
                             provider=provider or entry.get("provider", "builtin"),
                             rounds=rounds, dynamic_sizes=sizes)
         job = TuneJob(entry, (package.root / entry["source"]).read_text(), rounds, provider,
@@ -113,7 +122,8 @@ def regenerated(package: Package, h: str, entry: dict,
     config = (entry.get("launch") or {}).get("config")
     if entry.get("provider") != "builtin" or config is None:
         return None
-    fresh = candidates(package.specs[h], package.target, package.precision, [config])
+    fresh = candidates(package.specs[h], package.target,
+                       entry.get("precision", package.precision), [config])
     path = package.root / entry["source"]
     old = path.read_text() if path.is_file() else ""
     if not fresh or fresh[0].source == old:
@@ -125,6 +135,41 @@ def regenerated(package: Package, h: str, entry: dict,
                 sha256=hashlib.sha256(fresh[0].source.encode()).hexdigest(),
                 verification={"status": "candidate", "reason": "regenerated",
                               "previous": entry.get("verification")})
+
+
+def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
+                say: Callable[[str], None]) -> dict | None:
+    """A builtin entry compiled under another policy than the region needs now (`why`:
+    kforge.selection), as a candidate under `precision`: the first kernel of the builtin's space
+    for it, written into the package; None for another provider's kernel or a region the
+    builtin cannot generate."""
+    import hashlib
+
+    from kforge.cache import atomic_write_text
+    from kforge.providers.builtin import candidates, config_space
+    from kforge.providers.builtin.emitter import CannotGenerate
+    if entry.get("provider") != "builtin":
+        return None
+    spec = package.specs[h]
+    try:
+        fresh = candidates(spec, package.target, precision,
+                           config_space(spec, package.target, precision)[:1])
+    except CannotGenerate:
+        fresh = []
+    if not fresh:
+        say(f"region {h}: {why}; the builtin generates no {precision} kernel for it")
+        return None
+    cand = fresh[0]
+    atomic_write_text(package.root / entry["source"], cand.source)
+    say(f"region {h}: {why}; a {precision} kernel generated, to verify")
+    cfg = dict(cand.config or {})
+    launch = {"config": cfg, **{k: cfg[k] for k in ("grid", "num_warps", "num_stages")
+                                if k in cfg}}
+    return dict(entry, status="candidate", precision=precision, launch=launch,
+                candidate_id=cand.id, notes=cand.notes, time_ms=None,
+                sha256=hashlib.sha256(cand.source.encode()).hexdigest(),
+                verification={"status": "candidate", "reason": "requalified",
+                              "precision_reason": why, "previous": entry.get("verification")})
 
 
 def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,

@@ -119,3 +119,77 @@ def test_moe_op_becomes_a_region_with_a_verified_builtin_kernel(tmp_path, kforge
     assert moe[0]["hash"] in compiled.kernels
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_regions_upstream_of_a_router_compile_strict_under_bf16(tmp_path, kforge_opt):
+    """Under bf16, the regions whose results reach the router's topk (the projection before it,
+    the router, the experts of a layer that feeds the next router) are compiled and verified
+    strict (kforge.selection), the head after the last router keeps bf16; the strict kernels run
+    in the bf16 package. `kforge tune` requalifies an older package's bf16 kernel of such a
+    region as a strict candidate and verifies it."""
+    from kforge.build import compile_model
+    from kforge.package import open_package, read_manifest
+    from kforge.runtime import load_package
+    from kforge.selection import meets, selection_feeders
+    from kforge.synth import SynthOptions
+    from kforge.tune import tune_package
+
+    class Routed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            _, _, _, w1, b1, w2, b2 = _problem(seed=4, tokens=16, experts=6)
+            self.pre = torch.nn.Linear(32, 32)
+            self.router = torch.nn.Linear(32, 6)
+            self.w1, self.b1 = torch.nn.Parameter(w1), torch.nn.Parameter(b1)
+            self.w2, self.b2 = torch.nn.Parameter(w2), torch.nn.Parameter(b2)
+            self.head = torch.nn.Linear(32, 24)
+
+        def forward(self, x):
+            h = torch.tanh(self.pre(x))
+            top, index = torch.topk(self.router(h), 2, dim=-1)
+            out = torch.ops.kforge.moe_experts(h, index, torch.softmax(top, dim=-1), self.w1,
+                                               self.b1, self.w2, self.b2, "gpt_oss", 1.702, 7.0)
+            return self.head(out)
+
+    torch.manual_seed(0)
+    model = Routed().eval()
+    x = torch.randn(16, 32)
+    doc = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", precision="bf16",
+                                                              rounds=0), example_inputs=(x,))
+    assert all(r["status"] == "verified" for r in doc["regions"]), doc["regions"]
+    package = open_package(tmp_path / "pkg")
+    feeders = selection_feeders(package.plan)
+    manifest = read_manifest(tmp_path / "pkg")["kernels"]
+    precisions = {h: e["precision"] for h, e in manifest.items()}
+    moe = next(r["hash"] for r in doc["regions"] if r.get("root_kind") == "moe")
+    # the experts come after this model's only router: they keep bf16, like the head
+    assert precisions[moe] == "bf16" and moe not in feeders
+    upstream = [h for h in precisions if h in feeders]
+    assert upstream and all(precisions[h] == "strict" for h in upstream), (precisions, feeders)
+    assert all(feeders[h] == "aten.topk" for h in upstream)
+    assert any(precisions[h] == "bf16" for h in precisions if h != moe), precisions
+    rows = {r["hash"]: r for r in doc["regions"]}
+    assert all("aten.topk" in rows[h]["precision_reason"] for h in upstream)
+    compiled = load_package(tmp_path / "pkg")
+    assert set(compiled.kernels) == set(precisions)          # strict kernels meet bf16
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)
+    assert meets("strict", "bf16") and meets("tf32", "bf16") and not meets("bf16", "strict")
+    assert not meets("bf16", "tf32") and not meets(None, "bf16")
+
+    # an older package: the router region compiled bf16 -> tune makes it a strict candidate
+    import json
+    h = upstream[0]
+    path = tmp_path / "pkg" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["kernels"][h]["precision"] = "bf16"
+    doc["kernels"][h]["verification"]["precision"] = "bf16"
+    path.write_text(json.dumps(doc))
+    assert h not in load_package(tmp_path / "pkg").kernels     # a bf16 kernel must not run
+    said = []
+    results = tune_package(tmp_path / "pkg", progress=said.append)
+    assert results.get(h) == "verified", (results, said)
+    assert any("aten.topk" in m and "strict kernel generated" in m for m in said), said
+    entry = read_manifest(tmp_path / "pkg")["kernels"][h]
+    assert entry["precision"] == "strict" and entry["verification"]["precision"] == "strict"
+    assert h in load_package(tmp_path / "pkg").kernels

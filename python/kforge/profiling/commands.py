@@ -44,11 +44,12 @@ def profile_package(pkg, region: str | None = None, counters: str = "auto",
                          config=entry.get("launch", {}).get("config", {}))
         ver = entry.get("verification") or {}
         rec = VerificationRecord.from_json(ver) if ver.get("status") else None
-        prof = collect_profile(spec, cand, rec, package.target, package.precision,
+        precision = entry.get("precision", package.precision)   # strict: kforge.selection
+        prof = collect_profile(spec, cand, rec, package.target, precision,
                                counters=counters)
         save_profile(prof, out_dir / f"{h}.json")
         request = GenerationRequest(spec=spec, region_mlir="", reference_source="",
-                                    precision=package.precision, target=package.target,
+                                    precision=precision, target=package.target,
                                     phase="optimize", round=0, best=cand)
         recs = BuiltinProvider().analyze(request, prof.to_json())
         rows.append(profile_row(h, prof, tuple(recs)))

@@ -1,0 +1,72 @@
+"""Regions upstream of a discrete selection, and the precision they are compiled at.
+
+A mixture-of-experts router picks each token's experts with `topk` over its logits. Under a
+reduced-precision policy (bf16, tf32) every region is verified on its own against that policy's
+tolerance, and a region's rounding error can pass that check and still flip a token's choice
+of experts downstream: that token's output then differs by the experts' difference, not by
+rounding. On gpt-oss-20b's decode step (benchmarks/llm/emulate_rounding.py, CPU, 2 layers,
+2026-12-02), fp16x1 attention projections put 1 sequence of 64 outside the bf16 policy, and
+bf16 experts all 64. With the same products in fp32 or float64 no route flips, and the LM head
+alone in fp16x1 stays at 0.12 of the tolerance.
+
+So under a reduced-precision policy a region whose results reach a selection op (through any
+chain of steps of the host plan) is compiled and verified under `strict`. A strict kernel meets
+every policy (`meets`). Regions downstream of the last selection (a final norm, the LM head)
+keep the package's policy. Regions are deduplicated across layers: a region is upstream where
+any of its calls is.
+"""
+from __future__ import annotations
+
+# ops whose result is a choice among their inputs (indices, or values picked by rank)
+SELECTION_OPS = frozenset({
+    "aten.topk", "aten.sort", "aten.argsort", "aten.argmax", "aten.argmin", "aten.max.dim",
+    "aten.min.dim", "aten.kthvalue", "aten.mode", "aten.multinomial",
+})
+
+# how accurate each policy is, most accurate first: a kernel verified under a policy meets
+# every policy after it
+_ORDER = ("strict", "tf32", "bf16")
+
+
+def meets(verified: str | None, policy: str) -> bool:
+    """Whether a kernel verified under `verified` satisfies `policy`."""
+    if verified == policy:
+        return True
+    if verified not in _ORDER or policy not in _ORDER:
+        return False
+    return _ORDER.index(verified) < _ORDER.index(policy)
+
+
+def selection_feeders(plan) -> dict[str, str]:
+    """Region hash -> the selection op its results reach first ("aten.topk"), for every region
+    (a CallStep or KernelStep of `plan`) upstream of a selection op."""
+    producer = {}
+    for step in plan.steps:
+        for r in getattr(step, "results", ()):
+            producer[r] = step
+    out: dict[str, str] = {}
+    seen: set[int] = set()
+    for step in plan.steps:
+        name = getattr(step, "name", "")
+        if name not in SELECTION_OPS:
+            continue
+        stack = [producer[o] for o in step.operands if o in producer]
+        while stack:
+            s = stack.pop()
+            if id(s) in seen:
+                continue
+            seen.add(id(s))
+            h = getattr(s, "call", None)
+            if h:
+                out.setdefault(h, name)
+            stack.extend(producer[o] for o in getattr(s, "operands", ()) if o in producer)
+    return out
+
+
+def region_precision(policy: str, feeders: dict[str, str], h: str) -> tuple[str, str]:
+    """The policy region `h` is compiled under, and why (empty: the package's own)."""
+    if policy != "strict" and h in feeders:
+        return "strict", (f"its results reach {feeders[h]} (a discrete selection, such as an "
+                          f"MoE router's): compiled strict so that {policy} rounding cannot "
+                          "change what is selected")
+    return policy, ""
