@@ -35,6 +35,13 @@ def test_good_candidate_is_verified(spec, kernel):
     if spec == "add_relu":      # dynamic batch: a second, different size was checked
         assert len(record.dynamic_sizes) == 2 and record.dynamic_sizes[0] != \
             record.dynamic_sizes[1]
+    # where the time went: the reference, the sandboxed worker (its inputs, launches, saving
+    # the outputs, timing) and the comparison, each measured
+    st = record.stage_s
+    assert {"reference", "worker", "compare", "worker_inputs", "worker_launch",
+            "worker_save", "worker_timing"} <= set(st), st
+    assert all(v >= 0 for v in st.values()) and st["worker"] >= st["worker_launch"] > 0
+    assert st["reference"] + st["worker"] + st["compare"] <= record.elapsed_s + 0.05
     again = VerificationRecord.from_json(json.loads(json.dumps(record.to_json())))
     assert again == record
 
@@ -211,3 +218,15 @@ def test_gemm_operands_keep_mixed_signs_where_a_variance_needs_positives(tmp_pat
             if not t.is_floating_point():
                 continue
             assert (t < 0).any() if a.operand else (t > 0).all(), a.name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_inputs_drawn_on_the_gpu_are_reproducible_from_the_seed():
+    """The verifier and its sandboxed worker each draw a check's inputs on the GPU: both must
+    get the same tensors from the same seed."""
+    sig = signature_of(_spec("matmul_bias"))
+    a = make_inputs(sig, 1, 8, device="cuda")
+    assert all(t.is_cuda for t in a)
+    assert all(torch.equal(x, y) for x, y in zip(a, make_inputs(sig, 1, 8, device="cuda")))
+    assert not torch.equal(a[0], make_inputs(sig, 2, 8, device="cuda")[0])
+    assert (a[0] != 0).all() and (a[0] > 0).any() and (a[0] < 0).any()

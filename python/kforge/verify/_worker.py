@@ -228,13 +228,11 @@ def main() -> int:
     weight_idx = [i for i, a in enumerate(sig.args) if a.weight]
 
     def prepared_args(seed, size, domain):
-        host = inputs_mod.make_inputs(sig, seed, size, domain)
-        tensors = [t.to(device) for t in host]
-        # the pristine copies stay in host memory: the candidate never sees them (on a GPU,
-        # `host` itself; on the cpu target `tensors` are `host`, so they are cloned), and the
+        # drawn where they are used (the verifier draws the same ones from the same seed)
+        tensors = inputs_mod.make_inputs(sig, seed, size, domain, device=device)
+        # the pristine copies stay in host memory: the candidate never sees them, and the
         # device holds one copy of each input, not two (a 4 GB weight is 4 GB, not 8)
-        originals = host if device != "cpu" else [t.clone() for t in host]
-        del host
+        originals = [t.to("cpu") if device != "cpu" else t.clone() for t in tensors]
         args = list(tensors)
         if prepare is not None and weight_idx:
             new = prepare({i: args[i] for i in weight_idx})
@@ -269,18 +267,28 @@ def main() -> int:
 
     out_bytes = sum(4 * math.prod(r.concrete(max(c["size"] for c in job["checks"])))
                     for r in sig.results)
+    stage_s = result["stage_s"] = {"inputs": 0.0, "launch": 0.0, "save": 0.0}
+
+    def spent(stage, t0):
+        stage_s[stage] = round(stage_s.get(stage, 0.0) + time.perf_counter() - t0, 3)
+        return time.perf_counter()
+
     for i, check in enumerate(job["checks"]):
         write_json("progress.json", {"stage": "check", "check": i, **check})
         entry = {"index": i}
         try:
+            t0 = time.perf_counter()
             with _device_lock(exclusive=False):
                 tensors, originals, args = prepared_args(check["seed"], check["size"],
                                                          check["domain"])
+                t0 = spent("inputs", t0)
                 _fill_allocator(torch, device, 2 * out_bytes)
                 outs = run_once(args)
+                t0 = spent("launch", t0)
             entry["launches"] = _state["launches"]
             entry["torch_ops"] = list(_state["ops"])
             entry["outputs"] = save_outputs(f"outputs_{i}.pt", outs)
+            t0 = spent("save", t0)
             entry["inputs_modified"] = [
                 j for j, (a, b) in enumerate(zip(tensors, originals))
                 if a.shape != b.shape or not torch.equal(a.cpu(), b)]
@@ -296,6 +304,7 @@ def main() -> int:
     if timing:
         write_json("progress.json", {"stage": "timing"})
         check = job["checks"][0]
+        t0 = time.perf_counter()
         try:
             _, _, args = prepared_args(check["seed"], check["size"], check["domain"])
             samples = []
@@ -316,6 +325,7 @@ def main() -> int:
                                 "outputs": save_outputs("outputs_timed.pt", outs)}
         except BaseException as exc:  # noqa: BLE001
             result["error"] = dict(_describe_error(exc), stage="timing")
+        spent("timing", t0)
     write_json("result.json", result)
     return 0
 

@@ -153,8 +153,10 @@ def seed_scale(seed: int) -> float:
 
 
 def make_inputs(sig: Signature, seed: int, dynamic_size: int,
-                domain: str = "mixed") -> list[torch.Tensor]:
-    """Random arguments for one check, on the CPU, from a seed.
+                domain: str = "mixed", device: str = "cpu") -> list[torch.Tensor]:
+    """Random arguments for one check, from a seed, drawn on `device` (the verifier and its
+    worker both draw on the GPU they verify on: the same seed gives the same tensors there, and
+    a prefill region's gigabytes of inputs take milliseconds instead of seconds on the CPU).
 
     Floats: mixed signs (domain "mixed"); for regions whose body is undefined on negative inputs
     (log, sqrt of a variance argument), "positive_rest" (contraction operands keep mixed signs,
@@ -165,27 +167,28 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
     stay O(inputs), as in a real model, instead of sqrt(K) times larger). Integers: 1..4 (never zero, valid as small
     indices); booleans: random.
     """
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator(device=device).manual_seed(int(seed))
     scale = seed_scale(seed)
     out = []
     for a in sig.args:
         shape = a.concrete(dynamic_size)
         dtype = TORCH_DTYPES[a.dtype]
         if dtype == torch.bool:
-            t = torch.rand(shape, generator=gen) < 0.5
+            t = torch.rand(shape, generator=gen, device=device) < 0.5
         elif not dtype.is_floating_point and a.int_high:
             t = torch.randint(0, int(a.int_high), shape, generator=gen,
-                              dtype=torch.int64).to(dtype)
+                              dtype=torch.int64, device=device).to(dtype)
         elif not dtype.is_floating_point:
-            t = torch.randint(1, 5, shape, generator=gen, dtype=torch.int64).to(dtype)
+            t = torch.randint(1, 5, shape, generator=gen, dtype=torch.int64,
+                              device=device).to(dtype)
         else:
             # float32 draws (float64 took seconds per GPU-sized tensor, in both processes)
-            mag = torch.empty(shape, dtype=torch.float32).uniform_(
+            mag = torch.empty(shape, dtype=torch.float32, device=device).uniform_(
                 math.log(0.05), math.log(2.0), generator=gen).exp_().mul_(scale)
             if a.fan_in:
                 mag = mag.mul_(1.0 / math.sqrt(a.fan_in))
             if domain == "mixed" or (domain == "positive_rest" and a.operand):
-                sign = torch.rand(shape, generator=gen) < 0.5
+                sign = torch.rand(shape, generator=gen, device=device) < 0.5
                 mag = torch.where(sign, -mag, mag)
             t = mag.to(dtype)
         out.append(t.contiguous())

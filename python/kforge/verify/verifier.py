@@ -26,6 +26,7 @@ import contextlib
 import datetime as _dt
 import json
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -138,6 +139,9 @@ class VerificationRecord:
     time_lo_ms: float | None = None      # 20th and 80th percentiles of the samples
     time_hi_ms: float | None = None
     elapsed_s: float = 0.0
+    # where elapsed_s went, in seconds: reference (inputs and the float64 reference), worker
+    # (the sandboxed process: its inputs, launches, saving outputs, timing) and compare
+    stage_s: dict | None = None
     checked_at: str = ""
     torch_version: str = torch.__version__
     triton_version: str = ""
@@ -280,7 +284,7 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
     checks = []
     for seed, size in plan:
         domain = "mixed"
-        inputs = make_inputs(sig, seed, size, domain)
+        inputs = make_inputs(sig, seed, size, domain, device=device)
         outs = _reference_outputs(ref, inputs, device)
         # the region is undefined on some negative inputs (log, sqrt, pow...): positives, first
         # for the arguments that are not contraction operands only
@@ -288,7 +292,7 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             bad = _non_finite(outs)
             if not bad or (other == "positive_rest" and not any(a.operand for a in sig.args)):
                 continue
-            trial = make_inputs(sig, seed, size, other)
+            trial = make_inputs(sig, seed, size, other, device=device)
             trial_outs = _reference_outputs(ref, trial, device)
             if _non_finite(trial_outs) < bad:
                 domain, outs, inputs = other, trial_outs, trial
@@ -508,8 +512,9 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     policy = get_policy(precision)
     sig = signature_of(spec)
     dynamic_sizes = tuple(dynamic_sizes)
+    stages: dict = {}
     base = dict(target=tname, precision=policy.name, atol=policy.atol, rtol=policy.rtol,
-                triton_version=_triton_version())
+                triton_version=_triton_version(), stage_s=stages)
 
     def record(status: str, reason: str = "", message: str = "", **kw) -> VerificationRecord:
         elapsed = (_dt.datetime.now(_dt.timezone.utc) - started).total_seconds()
@@ -540,11 +545,13 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     if policy.fp32_grade and fp32_reference is None and getattr(spec, "ops", None):
         from kforge.reference import reference_fn
         fp32_reference = reference_fn(spec)          # the spec's own element types: fp32
+    t0 = time.monotonic()
     try:
         checks = _on_device_memory(
             lambda: _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes,
                                   policy_ref, fp32_reference if policy.fp32_grade else None),
             device, region, "computing the float64 reference")
+        stages["reference"] = round(time.monotonic() - t0, 3)
     except OracleError:
         raise
     except Exception as exc:  # the oracle itself failed: not the candidate's fault
@@ -559,7 +566,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                   dynamic_sizes=tuple(s for s, _ in size_list) if sig.is_dynamic else (),
                   checks=len(checks))
 
-    tmp_root = Path(work_dir) if work_dir else None
+    tmp_root = Path(work_dir) if work_dir else _memory_dir(sig, checks, device)
     if tmp_root:
         tmp_root.mkdir(parents=True, exist_ok=True)
     job_dir = Path(tempfile.mkdtemp(prefix="kforge-verify-", dir=tmp_root))
@@ -571,6 +578,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                "timing": {"reps": timing_reps} if measure else None}
         (job_dir / "job.json").write_text(json.dumps(job))
         limit = timeout_s or DEFAULT_TIMEOUT_S.get(tname, 120.0)
+        t0 = time.monotonic()
         for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
             run = run_worker(job_dir, tname, limit, memory_mb)
             result = _read_json(job_dir / "result.json")
@@ -591,6 +599,10 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
             (job_dir / "result.json").unlink(missing_ok=True)
             _release(device)
             time.sleep(OOM_RETRY_WAITS_S[attempt])
+        stages["worker"] = round(time.monotonic() - t0, 3)
+        for k, v in ((result or {}).get("stage_s") or {}).items():
+            stages[f"worker_{k}"] = v
+        t0 = time.monotonic()
         if result is None:
             where = _progress_text(progress)
             tail = run.stderr_tail.strip()
@@ -662,12 +674,31 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                 return record("rejected", "mismatch", "wrong result while being timed: "
                               + cmp.message, **common)
             time_ms, noise, lo, hi = _timing_stats(timing["samples_ms"])
+        stages["compare"] = round(time.monotonic() - t0, 3)
         return record("verified", "", "", max_abs_err=max_abs, max_rel_err=max_rel,
                       fp32_error_ratio=ratio,
                       time_ms=time_ms, time_noise=noise, time_lo_ms=lo, time_hi_ms=hi,
                       **common)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _memory_dir(sig, checks, device: str) -> Path | None:
+    """Where the worker's outputs go for a GPU verification: /dev/shm (memory) when it has room
+    for them twice over, since a prefill region's gigabytes of outputs written to disk and read
+    back took longer than the rest of its verification; else the default temporary directory."""
+    shm = Path("/dev/shm")
+    if device == "cpu" or not shm.is_dir() or not os.access(shm, os.W_OK):
+        return None
+    size = max((c.size for c in checks), default=1)
+    # every check's outputs and the timed run's lie there until the worker ends
+    need = (len(checks) + 1) * sum(
+        TORCH_DTYPES[r.dtype].itemsize * math.prod(r.concrete(size)) for r in sig.results)
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    return shm if st.f_bavail * st.f_frsize > 2 * need + (256 << 20) else None
 
 
 def _worker_out_of_memory(result) -> bool:
