@@ -7,7 +7,8 @@
                         provider.analyze (ranked recommendations citing the profile) ->
                         generate (refine) -> verify + time; a candidate replaces the incumbent
                         only when it is faster by more than the measured noise; the passes stop
-                        when a round gains nothing, or on rounds, wall time, tokens or dollars.
+                        when the analysis says so (a recommendation "stop: <evidence>"), when
+                        rounds in a row gain nothing, or on rounds, wall time, tokens or dollars.
 
 The loop knows providers only through kforge.providers.base.Provider. A provider that raises
 ProviderError (no key, endpoint down, budget spent) is replaced by the builtin provider; what is
@@ -407,6 +408,14 @@ class _RegionLoop:
                 recs = ()
             self._drain_provider_records()
             self.log.write("analysis", round=r, profile=profile, recommendations=list(recs))
+            stop = next((rec for rec in recs if isinstance(rec, str) and
+                         rec.startswith(STOP_PREFIX)), None)
+            if stop is not None:
+                # the analyst's evidence that no further configuration pays (the builtin's:
+                # its cost model against the incumbent's measurement); patience is the fallback
+                self.log.write("stop", phase="optimize", reason=stop[len(STOP_PREFIX):].strip(),
+                               source="analysis")
+                return
             fb = (Feedback(self.best.id, "verified", "incumbent", self.best_record.time_ms,
                            self.floor_ms, recs),)
             cands = self.generate(dataclasses.replace(base, feedback=fb))
@@ -436,6 +445,7 @@ def _safe(name: str) -> str:
 
 
 MIN_GAIN = 0.02     # below 2 % a change is not worth a new kernel, whatever the noise says
+STOP_PREFIX = "stop: "   # an analyst's recommendation that ends the optimization passes
 
 
 def beats(new: VerificationRecord, old: VerificationRecord) -> bool:

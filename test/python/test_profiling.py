@@ -186,10 +186,10 @@ def test_builtin_analyst_cites_the_h200_counters_and_ranks_configs():
     assert ranked and ranked[0].startswith("1. ")
     picks = [json.loads(r[len("config: "):].split("  #")[0]) for r in recs
              if r.startswith("config: ")]
-    order = rank_configs(shape, space, prof)
+    order = rank_configs(shape, space, prof, spec=spec)
     assert picks == [c for c, _ in order[:4]] and space[0] not in picks
     # configurations already tried are not named again
-    later = rank_configs(shape, space, prof, tried=[c for c, _ in order[:2]])
+    later = rank_configs(shape, space, prof, tried=[c for c, _ in order[:2]], spec=spec)
     assert [c for c, _ in later][:2] == [c for c, _ in order[2:4]]
 
 

@@ -10,10 +10,13 @@ Output: ranked recommendations, most promising first, each citing the numbers it
 order `rank_configs` puts them (the generator measures those first in the next round).
 
 `rank_configs` is the profile-driven tuner: it orders the untried configurations of a GEMM's
-space by a cost model of the tile (waves on 132 SMs, operand traffic through the tile's reuse,
-accumulator registers per thread) weighted by what the profile shows binds the kernel: spills
-(registers per thread over budget), the roofline bound and, with ncu, DRAM against tensor-pipe
-utilization, and the warp stalls. Other kernel kinds keep the rules below.
+space by a cost model of the H200 (`tile_model`: wgmma tile efficiency, waves over the SMs,
+product counts per scheme, the bytes each scheme reads, split-K's partial sums, register
+spills), with the profile's evidence (a spilling incumbent lowers the register budget).
+`stop_evidence` is the stop rule: a `stop: ...` line when the incumbent runs near the model's
+floor, or when no untried configuration is predicted to gain MIN_GAIN even at the model's
+measured error (MODEL_ERROR); the synthesis loop ends its optimization passes there.
+Other kernel kinds keep the rules below.
 """
 from __future__ import annotations
 
@@ -85,12 +88,56 @@ def _nearest(space: list[dict], base: dict, **changes) -> dict | None:
     return best
 
 
-# --- the GEMM cost model ------------------------------------------------------------------
+# --- the GEMM cost model (Hopper wgmma, the H200) -----------------------------------------
+#
+# A configuration's time is predicted from the tile, the product scheme and the device's peaks:
+#   compute  the busiest SM's tiles (wave quantization over the SMs) x a tile's products, at
+#            the scheme's tensor-core rate (bf16/fp16, or tf32 at about half of it) times the
+#            tile's efficiency: wgmma's instruction is m64nNk16, widest (most efficient) at
+#            N = 256; a 64-row tile is one warpgroup and reuses B half as much; BLOCK_K 32 pays
+#            a k-step's barriers twice as often;
+#   memory   the bytes the kernel reads as it reads them (a weight prepared once in the
+#            scheme's form; an fp32 activation cast in the kernel, or split by a pass), its
+#            output, split-K's partial sums, at the peak bandwidth or at what the active SMs
+#            keep in flight (Little's law: pipeline stages x tile bytes / DRAM latency);
+#   extra    the scheme's split pass and split-K's epilogue: their bytes and a launch each;
+#   spills   a thread's accumulators plus (fp32-operand schemes) its split operand values over
+#            what 255 registers leave after addressing and loop state: local-memory traffic.
+# time = max(compute, memory) + OVERLAP x min(compute, memory) + extra, x SPILL when it spills.
+#
+# The five efficiency constants were fitted by eye on the H200 measurements of
+# benchmarks/results/2026-12-01-profile/tuner-call3.json (5 GEMMs x bf16, strict: 170
+# configurations), which are therefore its training data; benchmarks/profile/specs_holdout/
+# holds GEMMs it was not fitted on. MODEL_ERROR is its error there (test_tuner_model.py).
+_N_EFF = {256: 1.0, 128: 0.70, 64: 0.43}    # by BLOCK_N (the wgmma instruction's N)
+_M64_EFF = 0.81                             # BLOCK_M 64 against 128
+_K32_EFF = 0.84                             # BLOCK_K 32 against 64
+_OVERLAP = 0.3                              # how much of the shorter side does not hide
+_SPILL = 2.5                                # a spilling kernel's slowdown (measured 2-4x)
+_VALUES_PER_THREAD = 200                    # of 255 registers, the rest: addresses and state
+# the fp32-operand schemes' split arithmetic, against their products at the tensor-core rate
+_SCHEME_EFF = {"3xtf32": 0.9, "tf32x3": 0.7, "bf16x6": 0.6}
+_DRAM_LATENCY_S = 1.0e-6                    # a loaded H200's DRAM round trip (order of)
+_LAUNCH_S = 4e-6                            # one more kernel launch
+# the stop rule's safety margin: how much too pessimistic the model's ratio of a candidate's
+# time to the incumbent's may be. On the training data, for incumbents within 10 % of their
+# space's best (where a stop decides something), the largest such error is 6.6 % (90th
+# percentile 5.2 %, 55 pairs; test_tuner_model.py recomputes it); from incumbents further off,
+# it reaches 21 % (split-K 8 against 4 on 256x1024x32768), but there the model's best pick is
+# a clear gain and the rule does not fire.
+MODEL_ERROR = 0.08
+NEAR_FLOOR = 0.88                           # floor / time at which tuning stops paying
+MIN_GAIN = 0.02                             # the loop's (kforge.synth.MIN_GAIN)
 
-_OPERAND_BYTES = {None: 2, "fp16x1": 2, "fp16x3": 4, "3xtf32": 8, "tf32x3": 4, "bf16x6": 4,
-                  "tf32": 4, "ieee": 4}
 _PRODUCTS = {None: 1, "fp16x1": 1, "fp16x3": 3, "3xtf32": 3, "tf32x3": 3, "bf16x6": 6,
              "tf32": 1, "ieee": 1}
+_TF32_RATE = ("tf32", "3xtf32", "tf32x3")
+_FP32_SPLIT = ("3xtf32", "tf32x3", "bf16x6")     # fp32 operands split in registers per k-step
+_FP16_PLANES = {"fp16x1": 1, "fp16x3": 2}        # fp16 planes a split pass writes
+# bytes an element of a prepared weight takes in each scheme (None: bf16)
+_WEIGHT_BYTES = {None: 2, "fp16x1": 2, "fp16x3": 4, "3xtf32": 8, "tf32x3": 4, "bf16x6": 4,
+                 "tf32": 4, "ieee": 4}
+_DEFAULT_PEAKS = CudaTarget.archs["sm_90"].peaks
 
 
 def _gemm_dims(shape):
@@ -99,9 +146,35 @@ def _gemm_dims(shape):
 
 
 def _acc_regs(c: dict) -> float:
-    """fp32 accumulator values a thread holds (fp16x3 keeps a second partial product)."""
-    per = c.get("BLOCK_M", 128) * c.get("BLOCK_N", 128) / (32 * c.get("num_warps", 4))
+    """fp32 accumulator values a thread holds. wgmma's 64-row granule: warps beyond one
+    warpgroup per 64 rows replicate rows rather than split them (fp16x3 keeps a second partial
+    product)."""
+    bm, warps = c.get("BLOCK_M", 128), c.get("num_warps", 4)
+    threads = 32 * min(warps, 4 * max(1, bm // 64))
+    per = bm * c.get("BLOCK_N", 128) / threads
     return per * (2 if c.get("input_precision") == "fp16x3" else 1)
+
+
+def _values_per_thread(c: dict) -> float:
+    """Accumulators plus, for schemes that split fp32 operands in the loop, their hi/lo values."""
+    v = _acc_regs(c)
+    if c.get("input_precision") in _FP32_SPLIT:
+        v += 2 * (c.get("BLOCK_M", 128) + c.get("BLOCK_N", 128)) * c.get("BLOCK_K", 32) \
+            / (32 * c.get("num_warps", 4))
+    return v
+
+
+def _tile_eff(bm: int, bn: int, scheme) -> float:
+    """The tile's tensor-core efficiency. The table holds for one 16-bit product a k-step
+    (bf16 operands, fp16x1); fp16x3's three products a k-step amortize the tile's operand
+    traffic, which halves its BLOCK_N loss (square root; its 64-row loss is bf16's);
+    tf32-rate and split-in-registers schemes run at half the rate or less and measure within
+    +-25% of flat: no tile term."""
+    if scheme in _TF32_RATE or scheme in _FP32_SPLIT or scheme == "ieee":
+        return 1.0
+    n_eff = _N_EFF.get(min(bn, 256), 0.43 * bn / 64)
+    return (math.sqrt(n_eff) if scheme == "fp16x3" else n_eff) * \
+        (_M64_EFF if bm < 128 else 1.0)
 
 
 def compute_units(target) -> int:
@@ -115,99 +188,149 @@ def shared_limit(target) -> int:
     return getattr(info, "shared_bytes", None) or _SHARED_LIMIT
 
 
-def tile_model(shape, c: dict, sms: int = SMS) -> dict:
-    """The tile's waves, wave efficiency and operand traffic (relative units) for config c."""
-    M, N, K, B = _gemm_dims(shape)
-    bm, bn, sk = c.get("BLOCK_M", 128), c.get("BLOCK_N", 128), c.get("SPLIT_K", 1)
-    tiles = math.ceil(M / bm) * math.ceil(N / bn) * B * sk
-    waves = math.ceil(tiles / sms)
-    e = _OPERAND_BYTES.get(c.get("input_precision"), 4)
-    # each A row-panel is read once per N tile, each B column-panel once per M tile (GROUP_M
-    # swizzling keeps a group's panels in L2: count DRAM traffic per group of GROUP_M rows)
-    g = max(1, c.get("GROUP_M", 8))
-    traffic = (M * K * math.ceil(N / bn) / g + N * K * math.ceil(M / bm) / g) * e * B \
-        + M * N * 4 * B * (2 * sk - 1)
-    return {"tiles": tiles, "waves": waves, "wave_eff": tiles / (waves * sms),
-            "traffic": traffic, "acc_regs": _acc_regs(c)}
+def _operands(spec, shape) -> tuple[int, int, bool]:
+    """(bytes of an A element, of a B element, is B a weight) as the region holds them."""
+    if spec is None:
+        return 4, 4, True
+    from kforge.providers.builtin.kernels import _weight_source
+    con = shape.contraction
+    size = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2}
+    a, b = con.op.operands[con.a], con.op.operands[con.b]
+    return (size.get(spec.tensor(a).dtype, 4), size.get(spec.tensor(b).dtype, 4),
+            _weight_source(spec, b) is not None)
 
 
-def _predicted(shape, c: dict, weights: dict, sms: int = SMS) -> float:
-    """Relative predicted time of config c (smaller is better)."""
+def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
+    """The predicted time of configuration c (`time_ms`) and its parts: tiles, waves (the
+    busiest SM's tiles) and how full the last is, compute / memory / extra ms, DRAM bytes,
+    accumulator and register values a thread, whether it spills."""
+    peaks = peaks or _DEFAULT_PEAKS
     M, N, K, B = _gemm_dims(shape)
-    t = tile_model(shape, c, sms)
     bm, bn, bk = c.get("BLOCK_M", 128), c.get("BLOCK_N", 128), c.get("BLOCK_K", 32)
-    products = _PRODUCTS.get(c.get("input_precision"), 1)
-    # compute: waves x the tile's work, at a tile efficiency that grows with the tile (wgmma
-    # issue and epilogue amortized over BM x BN) and with pipeline depth
-    tile_eff = min(1.0, (bm * bn / (128 * 128)) ** 0.25) * min(1.0, 0.7 + 0.1 *
-                                                                c.get("num_stages", 3))
-    compute = t["waves"] * bm * bn * (K / c.get("SPLIT_K", 1)) * products / tile_eff \
-        / (sms * 128 * 128)
-    memory = t["traffic"] / (M * N * K * 4 / 128 * B)   # normalized to compute's units
-    pred = max(compute * weights["compute"], memory * weights["memory"]) \
-        + 0.15 * min(compute, memory)
-    if t["acc_regs"] > weights["reg_limit"]:            # spills: local-memory traffic
-        pred *= 1.0 + weights["spill"] * (t["acc_regs"] / weights["reg_limit"] - 1.0)
-    if c.get("SPLIT_K", 1) > 1:                         # the partials' extra pass
-        pred *= 1.0 + 0.05 * c["SPLIT_K"]
-    return pred
+    sk, stages = c.get("SPLIT_K", 1), c.get("num_stages", 3)
+    scheme = c.get("input_precision")
+    tiles = math.ceil(M / bm) * math.ceil(N / bn) * B * sk
+    per_sm = math.ceil(tiles / sms)
+    k_tile = math.ceil(K / sk / bk) * bk
+    rate = peaks.tf32 if scheme in _TF32_RATE else peaks.fp32 if scheme == "ieee" \
+        else peaks.bf16
+    eff = _tile_eff(bm, bn, scheme) * (_K32_EFF if bk < 64 else 1.0) \
+        * _SCHEME_EFF.get(scheme, 1.0)
+    compute = per_sm * 2 * bm * bn * k_tile * _PRODUCTS.get(scheme, 1) / (rate / sms * eff)
+    # bytes, as the kernel reads them
+    a_e, b_e, b_weight = _operands(spec, shape)
+    planes = _FP16_PLANES.get(scheme)
+    extra = 0.0
+    if planes:                       # A (and a B that is no weight) split by a pass
+        a_k = 2 * planes
+        extra += _LAUNCH_S + B * M * K * (a_e + a_k) / peaks.bytes_per_s
+        if not b_weight:
+            extra += B * N * K * (b_e + a_k) / peaks.bytes_per_s
+    else:
+        a_k = a_e
+    b_k = _WEIGHT_BYTES.get(scheme, 4) if b_weight else (2 * planes if planes else b_e)
+    traffic = B * (M * K * a_k + N * K * b_k) + B * M * N * 4 * (2 * sk - 1)
+    if sk > 1:                       # the epilogue re-reads the partial sums
+        extra += _LAUNCH_S + B * M * N * 4 * sk / peaks.bytes_per_s
+    in_flight = max(1, stages - 1) * (bm * a_k + bn * b_k) * bk   # bytes a CTA has requested
+    bw = min(peaks.bytes_per_s, min(tiles, sms) * in_flight / _DRAM_LATENCY_S)
+    memory = traffic / bw
+    values = _values_per_thread(c)
+    t = max(compute, memory) + _OVERLAP * min(compute, memory) + extra
+    spills = values > _VALUES_PER_THREAD
+    return {"tiles": tiles, "waves": per_sm, "wave_eff": tiles / (per_sm * sms),
+            "compute_ms": compute * 1e3, "memory_ms": memory * 1e3, "extra_ms": extra * 1e3,
+            "traffic": traffic, "acc_regs": _acc_regs(c), "values": values, "spills": spills,
+            "time_ms": (t * _SPILL if spills else t) * 1e3}
+
+
+def model_floor_ms(shape, space: list[dict], spec=None, peaks=None) -> float:
+    """The fastest any configuration of the space could be: its products at the scheme's peak
+    on every SM and its bytes (as that scheme reads them) at the peak bandwidth."""
+    peaks = peaks or _DEFAULT_PEAKS
+    M, N, K, B = _gemm_dims(shape)
+    best = math.inf
+    for c in space:
+        scheme = c.get("input_precision")
+        rate = peaks.tf32 if scheme in _TF32_RATE else peaks.fp32 if scheme == "ieee" \
+            else peaks.bf16
+        m = tile_model(shape, dict(c, SPLIT_K=1), spec=spec, peaks=peaks)
+        best = min(best, max(2 * M * N * K * B * _PRODUCTS.get(scheme, 1) / rate,
+                             m["traffic"] / peaks.bytes_per_s) * 1e3)
+    return best
 
 
 def _weights(profile: Profile, config: dict) -> tuple[dict, list[str]]:
-    """How much each term of the model counts, from the profile's evidence (and the evidence)."""
-    w = {"compute": 1.0, "memory": 1.0, "reg_limit": 128.0, "spill": 1.0}
+    """What the profile's evidence changes in the model (and the evidence): a spilling
+    incumbent lowers the register budget to below its own count."""
+    w = {"values": float(_VALUES_PER_THREAD)}
     why: list[str] = []
     k = profile.main_kernel()
     if k is not None and k.n_spills:
-        # the incumbent spills: its accumulator count is over what this scheme can hold
-        w["reg_limit"] = min(w["reg_limit"], 0.75 * _acc_regs(config))
-        w["spill"] = 3.0
+        w["values"] = min(w["values"], 0.75 * _values_per_thread(config))
         why.append(f"{k.n_spills} spilled ({k.n_regs} registers a thread)")
     elif k is not None and k.n_regs and k.n_regs >= 240:
-        w["reg_limit"] = min(w["reg_limit"], _acc_regs(config))
+        w["values"] = min(w["values"], _values_per_thread(config))
         why.append(f"{k.n_regs} registers a thread, at the limit")
     cnt = profile.main_counters()
     roof = profile.roofline
     if cnt is not None and cnt.dram_pct is not None and cnt.tensor_pct is not None:
-        if cnt.dram_pct > 60 and cnt.dram_pct > cnt.tensor_pct:
-            w["memory"] = 1.5
-            why.append(f"DRAM {cnt.dram_pct:.0f}% vs tensor pipe {cnt.tensor_pct:.0f}%")
-        elif cnt.tensor_pct > 60:
-            w["compute"] = 1.5
-            why.append(f"tensor pipe {cnt.tensor_pct:.0f}% of peak")
+        why.append(f"DRAM {cnt.dram_pct:.0f}% vs tensor pipe {cnt.tensor_pct:.0f}%")
     elif roof is not None:
-        if roof.bound == "memory":
-            w["memory"] = 1.5
         why.append(f"{roof.bound}-bound by the roofline ({roof.intensity or 0:.0f} FLOP/B, "
                    f"ridge {roof.ridge:.0f})")
     return w, why
 
 
+def _predicted(shape, c: dict, weights: dict, sms: int = SMS, spec=None, peaks=None) -> float:
+    """Predicted ms of config c, with the register budget the profile's evidence allows."""
+    m = tile_model(shape, c, sms, spec, peaks)
+    t = m["time_ms"]
+    if not m["spills"] and m["values"] > weights["values"]:
+        t *= _SPILL
+    return t
+
+
 def rank_configs(shape, space: list[dict], profile: dict | Profile,
-                 tried: list[dict] = (), sms: int = SMS) -> list[tuple[dict, float]]:
+                 tried: list[dict] = (), sms: int = SMS, spec=None,
+                 peaks=None) -> list[tuple[dict, float]]:
     """The untried GEMM configurations of `space`, best predicted first, with their predicted
-    time relative to the incumbent's (the profile's config). The incumbent's scheme
-    (input_precision) is kept unless the profile shows the tensor pipe saturated."""
+    time relative to the incumbent's (the profile's config)."""
     profile = as_profile(profile)
     base = profile.config or (space[0] if space else {})
     w, _ = _weights(profile, base)
     seen = {json.dumps(c, sort_keys=True) for c in tried}
     seen.add(json.dumps(base, sort_keys=True))
-    ref = _predicted(shape, base, w, sms)
-    ranked = []
-    for c in space:
-        if json.dumps(c, sort_keys=True) in seen:
-            continue
-        r = _predicted(shape, c, w, sms) / ref
-        if c.get("input_precision") != base.get("input_precision"):
-            cnt = profile.main_counters()
-            saturated = cnt is not None and (cnt.tensor_pct or 0) > 70
-            cheaper = _PRODUCTS.get(c.get("input_precision"), 1) < \
-                _PRODUCTS.get(base.get("input_precision"), 1)
-            r *= 0.9 if (saturated and cheaper) else 1.25     # another scheme: a bigger jump
-        ranked.append((c, r))
+    ref = _predicted(shape, base, w, sms, spec, peaks)
+    ranked = [(c, _predicted(shape, c, w, sms, spec, peaks) / ref) for c in space
+              if json.dumps(c, sort_keys=True) not in seen]
     ranked.sort(key=lambda cr: cr[1])
     return ranked
+
+
+def stop_evidence(shape, space: list[dict], profile: dict | Profile, tried: list[dict] = (),
+                  sms: int = SMS, spec=None, peaks=None, min_gain: float = MIN_GAIN) -> str:
+    """Why measuring another configuration will not pay ("" when it may): the incumbent runs
+    within NEAR_FLOOR of the model's floor, or the best untried configuration, even at the
+    model's error in its favour, is not predicted to beat the incumbent by min_gain."""
+    prof = as_profile(profile)
+    t = prof.time_ms
+    if not t:
+        return ""
+    floor = model_floor_ms(shape, space, spec, peaks)
+    if floor / t >= NEAR_FLOOR:
+        return (f"the incumbent runs at {floor / t:.0%} of the floor of its configuration "
+                f"space ({floor:.4g} ms of {t:.4g} ms; products at peak, operand bytes as "
+                "the schemes read them)")
+    ranked = rank_configs(shape, space, prof, tried, sms, spec, peaks)
+    if not ranked:
+        return "every configuration of the space has been measured"
+    c, r = ranked[0]
+    if r * (1 - MODEL_ERROR) >= 1 - min_gain:
+        return (f"the best untried configuration is predicted at {r:.2f}x the incumbent's "
+                f"{t:.4g} ms; at the model's error ({MODEL_ERROR:.0%}) it gains under "
+                f"{min_gain:.0%}: {json.dumps(c, sort_keys=True)}")
+    return ""
 
 
 # --- recommendations ------------------------------------------------------------------------
@@ -230,6 +353,7 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
     k = prof.main_kernel()
     cnt = prof.main_counters()
     found: list[tuple[float, str]] = []       # (priority, text with evidence)
+    stop = ""
     picks: list[tuple[dict, str]] = []
     head: list[str] = []
 
@@ -237,10 +361,14 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
         frac = floor / time_ms
         head.append(f"runs at {frac:.0%} of the roofline floor ({floor:.4g} ms of "
                     f"{time_ms:.4g} ms)")
-        if frac >= 0.85:
+        # a GEMM's floor is the cost model's (its operands as the schemes read them: a
+        # prepared bf16 weight moves half the bytes of the region's fp32 one)
+        if frac >= 0.85 and shape.kind != "gemm":
             return tuple(head + ["1. within 15% of the floor: further tuning is unlikely to "
                                  f"pay [evidence: floor {floor:.4g} ms, measured "
-                                 f"{time_ms:.4g} ms]"])
+                                 f"{time_ms:.4g} ms]",
+                                 f"stop: the incumbent runs at {frac:.0%} of the roofline "
+                                 f"floor ({floor:.4g} ms of {time_ms:.4g} ms)"])
     if roof is not None:
         bound = roof.bound
         head.append(f"{bound}-bound: {roof.intensity or 0:.1f} FLOP/byte against a ridge of "
@@ -304,7 +432,8 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
     if shape.kind == "gemm":
         M, N, K, B = _gemm_dims(shape)
         sms = compute_units(target)
-        t = tile_model(shape, config, sms)
+        peaks = getattr(target, "peaks", None)
+        t = tile_model(shape, config, sms, spec, peaks)
         if t["tiles"] < sms and config.get("SPLIT_K", 1) == 1:
             found.append((0.8, f"[occupancy] only {t['tiles']} output tiles for {sms} SMs "
                                f"(M={M}, N={N}, {config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
@@ -313,12 +442,17 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
             found.append((1.8, f"[waves] {t['tiles']} tiles make {t['waves']} waves on {sms} "
                                f"SMs, the last {t['wave_eff']:.0%} full: a tile size that "
                                "divides the work into full waves"))
-        ranked = rank_configs(shape, space, prof, tried, sms)
+        ranked = rank_configs(shape, space, prof, tried, sms, spec, peaks)
         for c, r in ranked[:4]:
-            m = tile_model(shape, c, sms)
-            picks.append((c, f"predicted {r:.2f}x the incumbent's time: {m['tiles']} tiles in "
-                             f"{m['waves']} waves ({m['wave_eff']:.0%} full), "
-                             f"{m['acc_regs']:.0f} accumulators a thread"))
+            m = tile_model(shape, c, sms, spec, peaks)
+            picks.append((c, f"predicted {r:.2f}x the incumbent's time: {m['tiles']} tiles, "
+                             f"{m['waves']} a busiest SM ({m['wave_eff']:.0%} of the SMs' "
+                             f"last wave), compute {m['compute_ms']:.3g} ms, memory "
+                             f"{m['memory_ms']:.3g} ms, {m['acc_regs']:.0f} accumulators a "
+                             "thread"))
+        # the stop rule: measured evidence against the model (the H200's: cuda only)
+        if prof.target == "cuda" or getattr(target, "name", "") == "cuda":
+            stop = stop_evidence(shape, space, prof, tried, sms, spec, peaks)
         if ranked:
             _, why = _weights(prof, config)
             found.append((2.0, f"[tile] next configuration by the tile model"
@@ -347,6 +481,8 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
                     picks.insert(0, (c, f"halve {key} to stop spills"))
                     break
 
+    if stop:
+        found.append((-1.0, f"[stop] {stop}"))
     found.sort(key=lambda pt: pt[0])
     recs = head + [f"{i}. {text}" for i, (_, text) in enumerate(found, 1)]
     seen = set()
@@ -355,4 +491,6 @@ def analyze_profile(spec, target, precision: str, shape, space: list[dict],
         if key not in seen:
             seen.add(key)
             recs.append(f"config: {key}  # {why}")
+    if stop:        # the loop stops here (kforge.synth: a recommendation "stop: ...")
+        recs.append(f"stop: {stop}")
     return tuple(recs)

@@ -1,0 +1,152 @@
+"""The builtin's GEMM cost model and stop rule (kforge.providers.builtin.analyst) against the H200
+measurements of benchmarks/results/2026-12-01-profile/tuner-call3.json (every configuration of
+5 GEMMs x 2 policies timed: the model's training data), and the synthesis loop's stop on a
+`stop:` recommendation (a real loop on the cpu target)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from kforge.profiling import Profile, Timing
+from kforge.providers.builtin import BuiltinProvider, config_space
+from kforge.providers.builtin import analyst
+from kforge.providers.builtin.kernels import analyze_region
+from kforge.spec import load_spec
+from kforge.synth import MIN_GAIN, STOP_PREFIX, SynthOptions, synthesize_region
+from kforge.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[2]
+CALL3 = ROOT / "benchmarks" / "results" / "2026-12-01-profile" / "tuner-call3.json"
+SPECS = ROOT / "benchmarks" / "profile" / "specs"
+
+
+def recorded():
+    """(name, policy, spec, shape, rows measured) of every region of call 3."""
+    for r in json.loads(CALL3.read_text())["results"]:
+        spec = load_spec(SPECS / f"{r['workload']}.json")
+        rows = [x for x in r["rows"] if x.get("correct") and x.get("time_ms")]
+        yield r["workload"], r["policy"], spec, analyze_region(spec), rows
+
+
+def predicted(shape, spec, rows):
+    return [analyst.tile_model(shape, x["config"], spec=spec)["time_ms"] for x in rows]
+
+
+def test_model_orders_the_measured_configurations():
+    """On every recorded region the model's fastest configuration measures within 25 % of the
+    space's best (8 of 10 exactly the best), and it orders >= 85 % of the pairs as measured."""
+    exact = 0
+    for name, policy, spec, shape, rows in recorded():
+        pred, meas = predicted(shape, spec, rows), [x["time_ms"] for x in rows]
+        top = min(range(len(rows)), key=pred.__getitem__)
+        assert meas[top] <= 1.25 * min(meas), (name, policy, rows[top]["config"])
+        exact += meas[top] == min(meas)
+        n = len(rows)
+        agree = sum((pred[i] < pred[j]) == (meas[i] < meas[j])
+                    for i in range(n) for j in range(i + 1, n)) / (n * (n - 1) / 2)
+        assert agree >= 0.85, (name, policy, agree)
+    assert exact >= 8
+
+
+def test_stop_margin_covers_the_models_error_near_the_best():
+    """MODEL_ERROR is at least the model's largest optimistic error on the training data for an
+    incumbent within 10 % of its space's best and a candidate predicted at most 1.3x it."""
+    worst = 0.0
+    for _, _, spec, shape, rows in recorded():
+        pred, meas = predicted(shape, spec, rows), [x["time_ms"] for x in rows]
+        for i in range(len(rows)):
+            if meas[i] > 1.1 * min(meas):
+                continue
+            for j in range(len(rows)):
+                if i != j and pred[j] / pred[i] <= 1.3:
+                    worst = max(worst, 1 - (meas[j] / meas[i]) / (pred[j] / pred[i]))
+    assert 0.03 < worst <= analyst.MODEL_ERROR
+    assert analyst.MIN_GAIN == MIN_GAIN
+
+
+def _profile(config, time_ms):
+    return Profile("c0", "cuda", "bf16", config=config, timing=Timing(time_ms))
+
+
+def test_stop_rule_fires_at_the_floor_and_not_far_from_it():
+    spec = load_spec(SPECS / "gemm_tanh_small_m.json")        # 128x16384x16384: weight-bound
+    shape, space = analyze_region(spec), config_space(spec, "cuda", "bf16")
+    floor = analyst.model_floor_ms(shape, space, spec)
+    # the floor reads the weight as bf16 (prepared): half the fp32 bytes of the spec's floor
+    assert floor < 0.6 * spec.min_bytes / get_target("cuda").peaks.bytes_per_s * 1e3
+    near = analyst.stop_evidence(shape, space, _profile(space[0], 1.05 * floor), [space[0]],
+                                 spec=spec)
+    assert "of the floor" in near
+    # measured on the H200: 0.2213 ms, with 64x256 tiles (0.1726 ms) untried: no stop
+    assert analyst.stop_evidence(shape, space, _profile(space[0], 0.2213), [space[0]],
+                                 spec=spec) == ""
+    recs = analyst.analyze_profile(spec, get_target("cuda"), "bf16", shape, space,
+                                   _profile(space[0], 0.2213), [space[0]])
+    assert not any(r.startswith(STOP_PREFIX) for r in recs)
+    picks = [json.loads(r[len("config: "):].split("  #")[0]) for r in recs
+             if r.startswith("config: ")]
+    # 128 tiles of 64x256 for 132 SMs: the measured best (#4 in call 3's order)
+    assert (picks[0]["BLOCK_M"], picks[0]["BLOCK_N"], picks[0].get("SPLIT_K")) == (64, 256, 1)
+    # the square 4096^3 GEMM at its first configuration (measured best): the model says stop
+    spec = load_spec(SPECS / "gemm_const_scale.json")
+    shape, space = analyze_region(spec), config_space(spec, "cuda", "bf16")
+    recs = analyst.analyze_profile(spec, get_target("cuda"), "bf16", shape, space,
+                                   _profile(space[0], 0.2332), [space[0]])
+    stop = [r for r in recs if r.startswith(STOP_PREFIX)]
+    assert len(stop) == 1 and "predicted at 1.1" in stop[0] and recs[-1] == stop[0]
+
+
+def test_replay_on_the_recorded_h200_data():
+    """bench_tuner --replay over call 3: the profile-driven search never ends slower than 2 %
+    over blind search's final time and never measures more; the goal holds on 8 of 10."""
+    path = ROOT / "benchmarks" / "profile" / "bench_tuner.py"
+    mod_spec = importlib.util.spec_from_file_location("bench_tuner", path)
+    bench = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(bench)
+    rep = bench.replay_file(CALL3)
+    rows = [r["search"] for r in rep["results"]]
+    assert len(rows) == 10
+    for s in rows:
+        b, p = s["blind"], s["profile"]
+        assert p["final_ms"] <= b["final_ms"] * (1 + MIN_GAIN)
+        assert p["measured"] <= b["measured"]
+        assert b["measured"] >= 3                # blind stops after 2 stale rounds at best
+    assert sum(s["goal_met"] for s in rows) == 8
+    assert "| gemm_clamp | bf16 | 12 |" in bench.table(rep["results"])
+
+
+GEMM = ROOT / "test" / "python" / "fixtures" / "engine" / "matmul_bias.json"
+
+
+class StopAfterAnalysis(BuiltinProvider):
+    """The builtin provider whose analysis ends with a stop line (a fake analyst only: the
+    generator, verifier and timing are real)."""
+
+    def __init__(self, stop: bool):
+        self.stop = stop
+
+    def analyze(self, request, profile):
+        recs = tuple(super().analyze(request, profile))
+        return recs + ((f"{STOP_PREFIX}test evidence: {profile.get('time_ms')} ms",)
+                       if self.stop else ())
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_loop_stops_on_a_stop_recommendation(tmp_path, stop):
+    spec = load_spec(GEMM)
+    assert len(config_space(spec, "cpu", "strict")) >= 3
+    opts = SynthOptions(target="cpu", rounds=2, patience=5)
+    result = synthesize_region(spec, opts, provider=StopAfterAnalysis(stop), log_dir=tmp_path)
+    assert result.status == "verified"
+    events = [json.loads(line) for line in
+              (tmp_path / spec.hash / "log.jsonl").read_text().splitlines()]
+    stops = [e for e in events if e["event"] == "stop"]
+    if stop:
+        assert result.candidates_tried == 1
+        assert stops and stops[0]["source"] == "analysis"
+        assert stops[0]["reason"].startswith("test evidence: ")
+    else:
+        assert result.candidates_tried == 3 and not stops     # both rounds ran
