@@ -1,22 +1,34 @@
 """Profile-driven against blind search, on the GEMM suite, on the H200 (issue 14, item 3).
 
     PYTHONUNBUFFERED=1 python3 benchmarks/profile/bench_tuner.py        (on the device machine)
+    python3 benchmarks/profile/bench_tuner.py --replay tuner.json       (anywhere: no GPU)
 
-For each GEMM region of benchmarks/profile/specs/ (kernel specs exported here from the suite's
-workloads at full size) and each policy (KF_POLICIES, default "bf16,strict"):
+For each GEMM region of the spec directories (KF_SPEC_DIRS, comma-separated, default
+benchmarks/profile/specs: kernel specs exported from our workloads at full size) and each
+policy (KF_POLICIES, default "bf16,strict"):
  1. every configuration of the builtin's space is compiled (a process pool fills Triton's
     cache), checked once against the fp64 reference at the policy's tolerance, timed with
     triton.testing.do_bench (median of all samples, L2 flushed per run), and profiled
     (compile metadata and code facts of its kernels, roofline position);
- 2. the two searches are replayed over those measurements:
-    blind    the space in the builtin's fixed order (what the builtin measured before);
-    profile  start at the space's first configuration; then always measure the configuration
-             that kforge.providers.builtin.analyst.rank_configs puts first, given the profile
-             of the best kernel so far (the loop's incumbent) and the configurations tried;
-    each counts the configurations it measured until its best is within TOL (2 %, the loop's
-    MIN_GAIN) of the best of the whole space.
-Writes $OUT/tuner.json (every measurement, both sequences) and prints a table last.
-Env: KF_BUDGET_S (soft budget for the measurements, default 200), KF_POLICIES, KF_SPECS.
+ 2. the searches are replayed over those measurements as synth._RegionLoop runs them: the
+    functional round measures the space's first configuration, then one configuration a round;
+    a configuration replaces the incumbent only when kforge.synth.beats says so (its p80 under
+    the incumbent's p20 and a MIN_GAIN = 2 % better median); the search stops after
+    `patience` = 2 rounds in a row without a gain (or at --rounds):
+    blind      the space in the builtin's fixed order;
+    profile    each round the builtin analyst (analyze_profile, on the incumbent's measured
+               profile and the configurations tried) answers; its first untried `config:`
+               line is measured next (else the fixed order's next), as BuiltinProvider.generate
+               does, and a `stop:` line ends the search (the loop's stop rule);
+    exhaustive every configuration (what tuning without a stop rule would need to know its best);
+    first reach: the count at which the fixed order's best is first within 2 % of the space's.
+    The goal (a row): profile ends within 2 % of blind's final time with at most half of blind's
+    measured configurations, or ends faster than blind with no more measurements.
+Writes $OUT/tuner.json (every measurement, all searches) and prints a table last; --replay
+re-runs step 2 over a recorded tuner.json and prints the table (specs found by name in the
+spec directories).
+Env: KF_BUDGET_S (soft budget for the measurements, default 200), KF_POLICIES, KF_SPECS,
+KF_SPEC_DIRS.
 """
 import concurrent.futures as cf
 import glob
@@ -153,56 +165,186 @@ def measure(spec_path, policy, deadline):
     return spec, space, rows
 
 
-def replay(spec, space, rows, policy):
-    from kforge.providers.builtin.analyst import rank_configs
+PATIENCE = 2
+
+
+def _key(c: dict) -> str:
+    return json.dumps(c, sort_keys=True)
+
+
+def _beats(new: dict, old: dict) -> bool:
+    """kforge.synth.beats on two measured rows."""
+    return new["p80_ms"] < old["p20_ms"] and new["time_ms"] < old["time_ms"] * (1 - TOL)
+
+
+def _search(space, ok, pick, stop=None, rounds=None):
+    """One replayed search: the functional rounds (the space in order until one verifies),
+    then one configuration a round from pick(incumbent, tried), ending on stop(incumbent,
+    tried) (a reason), `patience` stale rounds, an exhausted space or `rounds`."""
+    tried, inc = [], None
+    for c in space:                         # the functional rounds
+        tried.append(c)
+        inc = ok.get(_key(c))
+        if inc:
+            break
+    if inc is None:
+        return {"measured": len(tried), "final_ms": None, "reason": "nothing verified",
+                "order": [space.index(c) for c in tried]}
+    stale, reason, r = 0, "", 0
+    while True:
+        if rounds is not None and r >= rounds:
+            reason = f"{rounds} rounds"
+            break
+        why = stop(inc, tried) if stop else ""
+        if why:
+            reason = f"stop: {why}"
+            break
+        c = pick(inc, tried)
+        if c is None:
+            reason = "space exhausted"
+            break
+        tried.append(c)
+        r += 1
+        row = ok.get(_key(c))
+        if row and _beats(row, inc):
+            inc, stale = row, 0
+        else:
+            stale += 1
+            if stale >= PATIENCE:
+                reason = f"{PATIENCE} rounds without a gain"
+                break
+    return {"measured": len(tried), "final_ms": inc["time_ms"], "final_index": inc["index"],
+            "reason": reason, "order": [space.index(c) for c in tried]}
+
+
+def replay(spec, space, rows, policy, rounds=None):
+    from kforge.providers.builtin.analyst import analyze_profile
     from kforge.providers.builtin.kernels import analyze_region
+    from kforge.targets import get_target
+    target = get_target("cuda")
     shape = analyze_region(spec)
-    ok = {json.dumps(r["config"], sort_keys=True): r for r in rows
-          if r.get("correct") and r.get("time_ms")}
+    ok = {_key(r["config"]): r for r in rows if r.get("correct") and r.get("time_ms")}
     if not ok:
         return None
     best = min(r["time_ms"] for r in ok.values())
-    goal = best * (1 + TOL)
+    memo = {}
 
-    def curve(order_fn):
-        tried, seq, inc = [], [], None
-        while len(tried) < len(space):
-            c = order_fn(tried, inc)
-            if c is None:
-                break
-            tried.append(c)
-            r = ok.get(json.dumps(c, sort_keys=True))
-            if r and (inc is None or r["time_ms"] < inc["time_ms"]):
-                inc = r
-            seq.append(inc["time_ms"] if inc else None)
-        reach = next((n + 1 for n, t in enumerate(seq) if t is not None and t <= goal), None)
-        return seq, reach, [c for c in tried]
+    def analysis(inc, tried):
+        """The builtin analyst's answer to the incumbent's profile, as the loop hands it."""
+        k = (inc["index"], tuple(_key(c) for c in tried))
+        if k not in memo:
+            prof = dict(inc.get("profile") or {"config": inc["config"]},
+                        time_ms=inc["time_ms"], tried_configs=list(tried))
+            memo[k] = analyze_profile(spec, target, policy, shape, space, prof, tried)
+        return memo[k]
 
-    def blind(tried, inc):
-        return space[len(tried)] if len(tried) < len(space) else None
+    def fixed(inc, tried):
+        seen = {_key(c) for c in tried}
+        return next((c for c in space if _key(c) not in seen), None)
 
-    def guided(tried, inc):
-        if not tried:
-            return space[0]
-        base = inc["profile"] if inc else {"config": tried[-1]}
-        ranked = rank_configs(shape, space, base, tried)
-        return ranked[0][0] if ranked else None
+    def guided(inc, tried):
+        seen = {_key(c) for c in tried}
+        for rec in analysis(inc, tried):
+            if rec.startswith("config: "):
+                c = json.loads(rec[len("config: "):].split("  #")[0])
+                if _key(c) not in seen and any(_key(c) == _key(s) for s in space):
+                    return next(s for s in space if _key(s) == _key(c))
+        return fixed(inc, tried)
 
-    b_seq, b_reach, _ = curve(blind)
-    p_seq, p_reach, p_order = curve(guided)
+    def stop(inc, tried):
+        return next((rec[len("stop: "):] for rec in analysis(inc, tried)
+                     if rec.startswith("stop: ")), "")
+
+    blind = _search(space, ok, fixed, rounds=rounds)
+    prof = _search(space, ok, guided, stop, rounds=rounds)
+    curve, inc = [], None
+    for c in space:
+        r = ok.get(_key(c))
+        if r and (inc is None or r["time_ms"] < inc):
+            inc = r["time_ms"]
+        curve.append(inc)
+    reach = next((n + 1 for n, t in enumerate(curve) if t is not None and t <= best * (1 + TOL)),
+                 None)
+    for s in (blind, prof):
+        s["ratio_to_best"] = None if s["final_ms"] is None else s["final_ms"] / best
+    met = prof["final_ms"] is not None and blind["final_ms"] is not None and (
+        (prof["final_ms"] <= blind["final_ms"] * (1 + TOL)
+         and prof["measured"] <= blind["measured"] / 2)
+        or (prof["final_ms"] < blind["final_ms"] * (1 - TOL)
+            and prof["measured"] <= blind["measured"]))
     return {"space": len(space), "valid": len(ok), "best_ms": best,
             "best_config": min(ok.values(), key=lambda r: r["time_ms"])["config"],
-            "blind": {"reach": b_reach, "curve": b_seq},
-            "profile": {"reach": p_reach, "curve": p_seq,
-                        "order": [space.index(c) for c in p_order]},
-            "half_of_space": p_reach is not None and p_reach <= len(space) / 2,
-            "half_of_blind_reach": p_reach is not None and b_reach is not None
-            and p_reach <= max(1, b_reach / 2)}
+            "blind": blind, "profile": prof, "exhaustive": {"measured": len(space),
+                                                            "final_ms": best},
+            "first_reach": reach, "goal_met": met}
+
+
+def table(results) -> str:
+    lines = ["| workload | policy | space | best ms | blind measured | blind final (x best) "
+             "| profile measured | profile final (x best) | profile stop | first reach | goal |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    met = n = 0
+    for r in results:
+        rep = r.get("search")
+        if not rep:
+            lines.append(f"| {r['workload']} | {r['policy']} | "
+                         f"{r.get('skipped', 'no valid kernel')} | | | | | | | | |")
+            continue
+        b, p = rep["blind"], rep["profile"]
+        n += 1
+        met += rep["goal_met"]
+        why = p["reason"].split(":")[0] if p["reason"].startswith("stop") else p["reason"]
+        if p["reason"].startswith("stop: the incumbent runs"):
+            why = "stop (floor)"
+        elif p["reason"].startswith("stop"):
+            why = "stop (model)"
+        lines.append(
+            f"| {r['workload']} | {r['policy']} | {rep['space']} | {rep['best_ms']:.4f} | "
+            f"{b['measured']} | {b['final_ms']:.4f} ({b['ratio_to_best']:.3f}) | "
+            f"{p['measured']} | {p['final_ms']:.4f} ({p['ratio_to_best']:.3f}) | {why} | "
+            f"{rep['first_reach']} | {'met' if rep['goal_met'] else 'not met'} |")
+    lines.append(f"\ngoal met on {met} of {n} rows")
+    return "\n".join(lines)
+
+
+def _spec_dirs():
+    dirs = os.environ.get("KF_SPEC_DIRS", "benchmarks/profile/specs").split(",")
+    return [d if os.path.isabs(d) else os.path.join(ROOT, d) for d in dirs if d]
+
+
+def _find_spec(name):
+    for d in _spec_dirs():
+        path = os.path.join(d, f"{name}.json")
+        if os.path.exists(path):
+            return path
+    raise SystemExit(f"bench_tuner: no spec {name}.json in {', '.join(_spec_dirs())} "
+                     "(set KF_SPEC_DIRS)")
+
+
+def replay_file(path, rounds=None):
+    """The searches replayed over a recorded tuner.json (CPU only)."""
+    from kforge.providers.builtin import config_space
+    from kforge.spec import load_spec
+    with open(path) as f:
+        res = json.load(f)
+    out = []
+    for r in res["results"]:
+        if "rows" not in r:
+            out.append(r)
+            continue
+        spec = load_spec(_find_spec(r["workload"]))
+        space = config_space(spec, "cuda", r["policy"])
+        recorded = [row["config"] for row in r["rows"]]
+        if [_key(c) for c in space] != [_key(c) for c in recorded]:
+            # the builtin's space changed since the recording: replay the recorded order
+            space = recorded
+        out.append(dict(r, search=replay(spec, space, r["rows"], r["policy"], rounds)))
+    return dict(res, results=out, replayed=time.strftime("%Y-%m-%d"))
 
 
 def main():
     import torch
-    specs = sorted(glob.glob(os.path.join(ROOT, "benchmarks/profile/specs/*.json")))
+    specs = sorted(p for d in _spec_dirs() for p in glob.glob(os.path.join(d, "*.json")))
     if os.environ.get("KF_SPECS"):
         specs = [s for s in specs if os.path.basename(s)[:-5] in os.environ["KF_SPECS"].split(",")]
     from kforge.providers.builtin import candidates, config_space
@@ -232,31 +374,45 @@ def main():
     deadline = T0 + BUDGET
     for s, p in work:
         name = os.path.basename(s)[:-5]
+        entry = {"workload": name, "policy": p, "spec_dir": os.path.basename(os.path.dirname(s))}
         if time.time() > deadline:
-            res["results"].append({"workload": name, "policy": p, "skipped": "budget"})
+            res["results"].append(dict(entry, skipped="budget"))
             continue
         t = time.time()
         spec, space, rows = measure(s, p, deadline)
-        rep = replay(spec, space, rows, p)
-        res["results"].append({"workload": name, "policy": p, "measure_s": round(time.time() - t, 1),
-                               "rows": rows, "search": rep})
+        try:
+            rep = replay(spec, space, rows, p)
+        except Exception as exc:   # noqa: BLE001 - the measurements are kept
+            rep = None
+            entry["replay_error"] = f"{type(exc).__name__}: {exc}"
+        res["results"].append(dict(entry, measure_s=round(time.time() - t, 1), rows=rows,
+                                   search=rep))
         if rep:
-            print(f"{name:24s} {p:6s} space {rep['space']:3d} valid {rep['valid']:3d} best "
-                  f"{rep['best_ms']:.4f} ms  blind reach {rep['blind']['reach']}  profile reach "
-                  f"{rep['profile']['reach']}", flush=True)
+            print(f"{name:28s} {p:6s} space {rep['space']:3d} best {rep['best_ms']:.4f} ms  "
+                  f"blind {rep['blind']['measured']} -> {rep['blind']['final_ms']:.4f}  "
+                  f"profile {rep['profile']['measured']} -> {rep['profile']['final_ms']:.4f}",
+                  flush=True)
         with open(os.path.join(OUT, "tuner.json"), "w") as f:
             json.dump(res, f)
-    print("\n| workload | policy | space | valid | best ms | blind reaches at | profile-driven reaches at | <= half space | <= half blind |")
-    for r in res["results"]:
-        rep = r.get("search")
-        if not rep:
-            print(f"| {r['workload']} | {r['policy']} | {r.get('skipped', 'no valid kernel')} |")
-            continue
-        print(f"| {r['workload']} | {r['policy']} | {rep['space']} | {rep['valid']} | {rep['best_ms']:.4f} | "
-              f"{rep['blind']['reach']} | {rep['profile']['reach']} | {rep['half_of_space']} | "
-              f"{rep['half_of_blind_reach']} |")
+    print()
+    print(table(res["results"]))
     print(f"total {time.time() - T0:.0f} s")
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replay", metavar="TUNER_JSON",
+                    help="replay the searches over a recorded tuner.json (no GPU)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="with --replay: an optimization-rounds limit (default: none)")
+    ap.add_argument("--json", metavar="OUT_JSON", help="with --replay: write the replay here")
+    args = ap.parse_args()
+    if args.replay:
+        rep = replay_file(args.replay, args.rounds)
+        print(table(rep["results"]))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({k: v for k, v in rep.items()}, f, indent=1)
+    else:
+        main()
