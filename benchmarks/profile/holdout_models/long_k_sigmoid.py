@@ -1,0 +1,36 @@
+"""Few rows, very long K: 128 x 65536 -> 512, then sigmoid.
+
+A held-out shape for the builtin tuner's cost model (benchmarks/profile/specs_holdout/): our own
+workload, in the KernelBench file format. `get_inputs()` / `get_init_inputs()` give the full
+size; pass `scale="smoke"` for a tiny CPU variant.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=128, K=65536, N=512)
+SMOKE = dict(M=16, K=32, N=48)
+TAGS = ('gemm', 'long-k', 'sigmoid')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N, bias=False)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]
