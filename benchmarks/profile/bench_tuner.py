@@ -412,7 +412,11 @@ if __name__ == "__main__":
         rep = replay_file(args.replay, args.rounds)
         print(table(rep["results"]))
         if args.json:
+            # the searches only: the measurements stay in the recorded file
+            rep["results"] = [{k: v for k, v in r.items() if k != "rows"}
+                              for r in rep["results"]]
+            rep["replay_of"] = os.path.basename(args.replay)
             with open(args.json, "w") as f:
-                json.dump({k: v for k, v in rep.items()}, f, indent=1)
+                json.dump(rep, f, indent=1)
     else:
         main()
