@@ -230,9 +230,12 @@ def main() -> int:
     def prepared_args(seed, size, domain):
         # drawn where they are used (the verifier draws the same ones from the same seed)
         tensors = inputs_mod.make_inputs(sig, seed, size, domain, device=device)
-        # the pristine copies stay in host memory: the candidate never sees them, and the
-        # device holds one copy of each input, not two (a 4 GB weight is 4 GB, not 8)
-        originals = [t.to("cpu") if device != "cpu" else t.clone() for t in tensors]
+        # the pristine copies the inputs are checked against after the launch: on the device
+        # where it has room for them beside the outputs (copying GBs to the host and back took
+        # seconds a check), else in host memory (the device then holds one copy of each input,
+        # not two: a 4 GB weight is 4 GB, not 8)
+        originals = [t.clone() for t in tensors] if _room_on_device(tensors) else \
+            [t.to("cpu") for t in tensors]
         args = list(tensors)
         if prepare is not None and weight_idx:
             new = prepare({i: args[i] for i in weight_idx})
@@ -241,6 +244,17 @@ def main() -> int:
             for i, t in new.items():
                 args[int(i)] = t
         return tensors, originals, args
+
+    def _room_on_device(tensors):
+        if device == "cpu":
+            return True
+        info = getattr(getattr(torch, device, None), "mem_get_info", None)
+        try:
+            free = info()[0] if info else 0
+        except Exception:   # noqa: BLE001 - no answer: keep the copies on the host
+            return False
+        need = sum(t.numel() * t.element_size() for t in tensors)
+        return free > 2 * need + 3 * out_bytes + (1 << 30)
 
     def run_once(args):
         _state["launches"] = 0
@@ -291,7 +305,8 @@ def main() -> int:
             t0 = spent("save", t0)
             entry["inputs_modified"] = [
                 j for j, (a, b) in enumerate(zip(tensors, originals))
-                if a.shape != b.shape or not torch.equal(a.cpu(), b)]
+                if a.shape != b.shape or not torch.equal(a if a.device == b.device
+                                                         else a.cpu(), b)]
         except BaseException as exc:  # noqa: BLE001
             result["error"] = dict(_describe_error(exc), stage="check", check=i)
             result["checks"].append(entry)

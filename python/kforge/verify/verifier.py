@@ -387,7 +387,7 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
             return _Comparison(False, cmp.message, max_abs, max_rel)
         e32 = fp32_errors[k] if fp32_errors and k < len(fp32_errors) else None
         if e32 is not None:
-            c = contract.check(out, ref, e32, dtype=want_dtype)
+            c = contract.check(out, ref, e32, dtype=want_dtype, device=where)
             if c.ratio is not None:
                 ratio = max(ratio or 0.0, c.ratio)
             if not c.ok:
@@ -406,23 +406,22 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
 
 
 def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Comparison:
-    """The policy's rule for one float result, chunk by chunk (two passes: RMS, then each
-    element)."""
+    """The policy's rule for one float result, chunk by chunk: a pass for the RMS, a pass over
+    every element accumulating on the device (two synchronizations in all, whatever the size),
+    and, only for a result that fails, a pass that finds where."""
     # pass 1: RMS of the reference where it is finite
-    total, count = 0.0, 0
+    total = count = None
     for _, r in contract.chunks(ref, device=device):
         f = torch.isfinite(r)
-        total += float(r[f].pow(2).sum())
-        count += int(f.sum())
+        t, c = torch.where(f, r, 0.0).pow(2).sum(), f.sum()
+        total, count = (t, c) if total is None else (total + t, count + c)
+    total, count = (float(total), int(count)) if total is not None else (0.0, 0)
     scale = max(1.0, math.sqrt(total / count)) if count else 1.0
     threshold = atol * scale
-    n_bad = n_nan = 0
-    first = got = expected = None
-    rows: list[int] = []
     row_len = max(1, math.prod(want_shape[1:])) if len(want_shape) >= 2 else 1
-    max_abs = max_rel = 0.0
     pieces = (out, ref) if alt is None else (out, ref, alt)
-    for start, o, r, *rest in contract.chunks(*pieces, device=device):
+
+    def judged(o, r, rest):
         finite = torch.isfinite(r)
         err = (o - r).abs()
         tol = threshold + rtol * r.abs()
@@ -433,26 +432,42 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Com
             err = torch.where(near_alt, torch.minimum(err, err_alt), err)
             tol = torch.where(near_alt, torch.maximum(tol, tol_alt), tol)
         bad = torch.where(finite, ~(err <= tol), ~((o == r) | (torch.isnan(o) & torch.isnan(r))))
-        if finite.any():
-            e = err[finite]
-            max_abs = max(max_abs, float(e.max()) if torch.isfinite(e).all() else float("inf"))
-            big = finite & (r.abs() > threshold)
-            if big.any():
-                rel = err[big] / r[big].abs()
-                max_rel = max(max_rel, float(rel.max()) if torch.isfinite(rel).all()
-                              else float("inf"))
-        n = int(bad.sum())
-        if n:
+        return finite, err, bad
+
+    # pass 2: every element, the counts and maxima kept on the device
+    acc = None
+    for _, o, r, *rest in contract.chunks(*pieces, device=device):
+        finite, err, bad = judged(o, r, rest)
+        e = torch.where(torch.isnan(err), torch.inf, err)
+        big = finite & (r.abs() > threshold)
+        stats = torch.stack([
+            torch.where(finite, e, 0.0).amax(),
+            torch.where(big, e / r.abs().clamp_min(threshold), 0.0).amax(),
+            bad.sum().to(torch.float64), (bad & torch.isnan(o)).sum().to(torch.float64)])
+        acc = stats if acc is None else torch.stack([torch.maximum(acc[0], stats[0]),
+                                                     torch.maximum(acc[1], stats[1]),
+                                                     acc[2] + stats[2], acc[3] + stats[3]])
+    max_abs, max_rel, n_bad, n_nan = (acc.tolist() if acc is not None else (0.0, 0.0, 0, 0))
+    n_bad, n_nan = int(n_bad), int(n_nan)
+    if not count:
+        max_abs = max_rel = 0.0
+    first = got = expected = None
+    rows: list[int] = []
+    if n_bad:
+        # pass 3, a failing result only: where it is wrong
+        for start, o, r, *rest in contract.chunks(*pieces, device=device):
+            _, _, bad = judged(o, r, rest)
             idx = bad.nonzero().flatten()
+            if not idx.numel():
+                continue
             if first is None:
                 i = int(idx[0])
                 first, got, expected = start + i, o[i].item(), r[i].item()
-            n_nan += int((bad & torch.isnan(o)).sum())
-            if len(rows) <= 8:
-                for row in torch.unique((idx[:4096] + start) // row_len).tolist():
-                    if row not in rows:
-                        rows.append(int(row))
-            n_bad += n
+            for row in torch.unique((idx[:4096] + start) // row_len).tolist():
+                if row not in rows:
+                    rows.append(int(row))
+            if len(rows) > 8:
+                break
     if not n_bad:
         return _Comparison(True, "", max_abs, max_rel)
     numel = math.prod(want_shape)
