@@ -24,7 +24,38 @@ _LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks
             "-> Tensor")
 
 
+# the score matrices one slice of attention_reference materializes (its scores, logits and
+# probabilities: a prefill's [8, 64, 2048, 2048] float64 scores alone are 17 GB)
+SLICE_BYTES = 1 << 31
+
+
 def attention_reference(q, k, v, mask, sinks, scale: float):
+    """The op's definition, computed a slice of (batch, query heads) at a time where the whole
+    score matrix would take more than SLICE_BYTES (each slice is exact: heads and sequences are
+    independent)."""
+    b, h, sq, _ = q.shape
+    per_head = 3 * sq * k.shape[2] * q.element_size()
+    if b * h * per_head <= SLICE_BYTES:
+        return _attention_dense(q, k, v, mask, sinks, scale)
+    group = h // k.shape[1]
+    heads = max(1, min(h, SLICE_BYTES // per_head))
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+    for i in range(b):
+        kk = k[i:i + 1].repeat_interleave(group, dim=1) if group > 1 else k[i:i + 1]
+        vv = v[i:i + 1].repeat_interleave(group, dim=1) if group > 1 else v[i:i + 1]
+        for h0 in range(0, h, heads):
+            h1 = min(h, h0 + heads)
+            m = mask
+            if m is not None:
+                m = m[i:i + 1] if m.dim() == 4 and m.shape[0] > 1 else m
+                m = m[:, h0:h1] if m.dim() == 4 and m.shape[1] > 1 else m
+            out[i:i + 1, h0:h1] = _attention_dense(
+                q[i:i + 1, h0:h1], kk[:, h0:h1], vv[:, h0:h1], m,
+                None if sinks is None else sinks[h0:h1], scale)
+    return out
+
+
+def _attention_dense(q, k, v, mask, sinks, scale: float):
     if k.shape[1] != q.shape[1]:         # grouped-query attention
         group = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(group, dim=1)

@@ -87,6 +87,8 @@ def run_fallback(name: str, template, operands: Sequence[torch.Tensor],
     positional, keywords = _split_kwargs(op, build_args(template, operands, device))
     try:
         out = op(*positional, **keywords)
+    except torch.OutOfMemoryError:
+        raise           # the device's, not the op's: callers wait and retry (kforge.verify)
     except (RuntimeError, TypeError, ValueError, IndexError) as exc:
         shapes = ", ".join(f"{list(t.shape)} {t.dtype}" for t in operands)
         raise UserError(f"fallback op {name} failed on operands ({shapes}): "

@@ -198,3 +198,71 @@ def test_bench_tune_stops_a_process_tree_of_several_sessions():
         except FileNotFoundError:
             continue
         assert state == "Z", f"process {pid} still runs"
+
+
+def test_attention_reference_in_slices_is_the_whole_computation(monkeypatch):
+    """A prefill's float64 attention reference (scores [8, 64, 2048, 2048]: 17 GB) ran out of
+    the H200's memory; it is computed a slice of (batch, heads) at a time, with the same
+    result: grouped-query heads, a per-batch mask and sinks."""
+    from kforge import attention_op
+    torch.manual_seed(0)
+    q = torch.randn(3, 8, 5, 4, dtype=torch.float64)
+    k, v = torch.randn(3, 2, 7, 4, dtype=torch.float64), torch.randn(3, 2, 7, 4, dtype=torch.float64)
+    mask = torch.randn(3, 1, 5, 7, dtype=torch.float64)
+    sinks = torch.randn(8, dtype=torch.float64)
+    whole = attention_op.attention_reference(q, k, v, mask, sinks, 0.5)
+    monkeypatch.setattr(attention_op, "SLICE_BYTES", 3 * 5 * 7 * 8 * 3)     # 3 heads a slice
+    sliced = attention_op.attention_reference(q, k, v, mask, sinks, 0.5)
+    torch.testing.assert_close(sliced, whole, rtol=0, atol=1e-15)
+    per_head_mask = torch.randn(3, 8, 5, 7, dtype=torch.float64)
+    torch.testing.assert_close(attention_op.attention_reference(q, k, v, per_head_mask, None, 0.5),
+                               attention_op._attention_dense(q, k, v, per_head_mask, None, 0.5),
+                               rtol=0, atol=1e-15)
+
+
+def test_an_op_region_out_of_memory_is_the_devices_not_the_ops(monkeypatch):
+    """A fallback op that runs out of device memory raises that error (the verifier waits and
+    retries it, then names the region), not "fallback op failed" (which made kforge tune stop
+    with a traceback on the H200)."""
+    from kforge import fallbacks
+
+    class Op:                      # an op as resolve() returns it: a schema, then the call
+        _schema = torch.ops.aten.neg.default._schema
+
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __call__(self, *args, **kwargs):
+            raise self.exc
+
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")
+    monkeypatch.setattr(fallbacks, "resolve", lambda name: Op(oom))
+    with pytest.raises(torch.OutOfMemoryError):
+        fallbacks.run_fallback("kforge.attention", [{"tensor": 0}], [torch.zeros(2)], "cpu")
+    monkeypatch.setattr(fallbacks, "resolve", lambda name: Op(ValueError("bad operands")))
+    from kforge.errors import UserError
+    with pytest.raises(UserError, match="fallback op kforge.attention failed"):
+        fallbacks.run_fallback("kforge.attention", [{"tensor": 0}], [torch.zeros(2)], "cpu")
+
+
+def test_a_failing_reference_is_one_regions_error_in_tune(monkeypatch, matmul_bias):
+    """`kforge tune`: a region whose reference fails becomes that region's error; the task
+    returns instead of raising out of the worker pool."""
+    from types import SimpleNamespace
+
+    import kforge.verify as kverify
+    from kforge.verify import OracleError
+    from kforge.workers.tasks import _tune
+    spec, source = matmul_bias
+
+    def broken(*a, **k):
+        raise OracleError(f"the reference of region {spec.name} failed: UserError: boom")
+
+    monkeypatch.setattr(kverify, "verify_candidate", broken)
+    job = SimpleNamespace(entry={"target": "cpu", "provider": "test", "source": "kernel.py",
+                                 "verification": {"status": "candidate"}},
+                          source=source, rounds=0, provider=None, repair=0, dynamic_sizes=())
+    task = SimpleNamespace(spec=spec, tune=job, hash="h0",
+                           options=SimpleNamespace(target="cpu", precision="strict"))
+    outcome = _tune(task, None, Path("/tmp"), lambda ev: None)
+    assert outcome.entry is None and "OracleError" in outcome.error and spec.name in outcome.error

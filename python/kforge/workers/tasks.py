@@ -91,10 +91,16 @@ def _synth(task: RegionTask, cache, log_dir: Path, emit) -> TaskOutcome:
 
 def _tune(task: RegionTask, cache, log_dir: Path, emit) -> TaskOutcome:
     from kforge.tune import tune_entry
+    from kforge.verify import OracleError
     job = task.tune
-    entry, source = tune_entry(
-        task.spec, job.entry, job.source, target=task.options.target,
-        precision=task.options.precision, rounds=job.rounds, provider=job.provider,
-        cache=cache, repair=job.repair, dynamic_sizes=job.dynamic_sizes, log_dir=log_dir,
-        say=lambda msg: emit(Event("note", task.hash, msg)))
+    try:
+        entry, source = tune_entry(
+            task.spec, job.entry, job.source, target=task.options.target,
+            precision=task.options.precision, rounds=job.rounds, provider=job.provider,
+            cache=cache, repair=job.repair, dynamic_sizes=job.dynamic_sizes, log_dir=log_dir,
+            say=lambda msg: emit(Event("note", task.hash, msg)))
+    except OracleError as exc:
+        # the region's reference failed (or the device ran out of memory outside the plain
+        # verification): not the kernel's fault; the region keeps its entry, the others go on
+        return TaskOutcome(task.hash, error=f"{type(exc).__name__}: {exc}")
     return TaskOutcome(task.hash, entry=entry, kernel_source=source)
