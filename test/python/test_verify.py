@@ -230,3 +230,19 @@ def test_inputs_drawn_on_the_gpu_are_reproducible_from_the_seed():
     assert all(torch.equal(x, y) for x, y in zip(a, make_inputs(sig, 1, 8, device="cuda")))
     assert not torch.equal(a[0], make_inputs(sig, 2, 8, device="cuda")[0])
     assert (a[0] != 0).all() and (a[0] > 0).any() and (a[0] < 0).any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_verification_draws_and_compares_on_the_device():
+    """On a GPU: the inputs drawn there by the verifier and its worker agree (a good kernel
+    verifies, under strict with its contract), a wrong one is rejected with where it is wrong,
+    and the record says where the time went."""
+    good = _source("good_matmul_bias")
+    record = verify_candidate(_spec("matmul_bias"), good, "cuda", "strict", measure=True)
+    assert record.status == "verified", record.message
+    assert record.fp32_error_ratio is not None and record.time_ms > 0
+    assert {"reference", "worker", "compare", "worker_inputs"} <= set(record.stage_s)
+    for spec, wrong in (("add_relu", _source("good_add_relu").replace(
+            "tl.maximum(x + b[None, :], 0.0)", "tl.maximum(x - b[None, :], 0.0)")),):
+        bad = verify_candidate(_spec(spec), wrong, "cuda", "strict")
+        assert bad.reason == "mismatch" and "first at" in bad.message, bad.message
