@@ -354,9 +354,9 @@ class _RegionLoop:
                         recommendations=tuple(recommendations))
 
     # -- the two phases -----------------------------------------------------------------------
-    def functional(self) -> str:
-        """Until a candidate verifies. Returns why it stopped without one ("" when verified)."""
-        feedback: tuple = ()
+    def functional(self, feedback: tuple = ()) -> str:
+        """Until a candidate verifies. Returns why it stopped without one ("" when verified).
+        `feedback`: what the first request is told (the incumbent's verdict, for a repair)."""
         last = "the provider produced no candidate"
         empty = 0
         for r in range(self.opt.functional_rounds):
@@ -539,6 +539,7 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
                        Path(work_dir) if work_dir else None, progress)
     why = ""
     try:
+        first: tuple = ()
         if incumbent is not None and available:
             if incumbent_record is not None:
                 rec = incumbent_record
@@ -547,8 +548,12 @@ def synthesize_region(spec, options: SynthOptions = SynthOptions(), *,
                 rec = loop.verify(incumbent, measure=True)
             if rec.verified:
                 loop.best, loop.best_record = incumbent, rec
+            else:
+                # a repair: the generator hears why the incumbent failed (a mismatch moves
+                # the builtin to another product scheme, not another tile of the same one)
+                first = (loop.feedback(incumbent, rec),)
         if loop.best is None:
-            why = loop.functional()
+            why = loop.functional(first)
     except OracleError as exc:
         log.write("oracle_error", error=str(exc))
         return finish(RegionResult(spec.hash, spec.name, "reference", loop.provider_name,

@@ -146,3 +146,26 @@ def test_optimization_patience_and_tried_history(tmp_path):
             assert f"({patience} round" in stops[-1]["reason"]
         else:                                  # every round gained: the rounds ran out
             assert provider.calls == 1 + rounds
+
+
+def test_a_repair_hears_why_the_incumbent_failed():
+    """`kforge tune`'s repair hands the loop the kernel that failed on the device and its
+    record: the first new candidate is generated with that verdict, so a mismatch moves it to
+    another product scheme (Llama-3-8B prefill's bf16 attention spent its repair on another
+    bf16 tile, H200, 2026-12-02)."""
+    from kforge.providers.builtin import candidates, config_space
+    from kforge.providers.builtin.__init__ import _scheme
+    from kforge.spec import load_spec
+    from kforge.synth import SynthOptions, synthesize_region
+    from kforge.verify import VerificationRecord
+    spec = load_spec(Path(__file__).parent / "fixtures" / "engine" / "matmul_bias.json")
+    space = config_space(spec, "cpu", "strict")
+    assert _scheme(space[1]) == _scheme(space[0])          # the next in order: another tile
+    first = candidates(spec, "cpu", "strict", [space[0]])[0]
+    failed = VerificationRecord(status="rejected", reason="mismatch", target="cpu",
+                                precision="strict", message="check 1/3: outside the tolerance")
+    res = synthesize_region(spec, SynthOptions(target="cpu", precision="strict", rounds=0,
+                                               functional_rounds=1),
+                            incumbent=first, incumbent_record=failed)
+    assert res.status == "verified", res.message
+    assert _scheme(res.candidate.config) != _scheme(space[0]), res.candidate.config
