@@ -549,7 +549,8 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
         from kforge.fallbacks import run_fallback
         # widened like every other op (float64 for measuring a kernel's error)
         operands = [env[o].to(types.of_tensor(env[o])) for o in op.operands]
-        outs = run_fallback(op.name, op.arg_list(), operands, device)
+        outs = _batch_sliced(op.name, op.arg_list(), operands, device) or \
+            run_fallback(op.name, op.arg_list(), operands, device)
         for r, t in zip(op.results, outs):
             env[r] = t
     elif isinstance(op, OpaqueOp):
@@ -598,6 +599,32 @@ def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
 # A constant's tensor per (op, device), made once: copying it from host memory on every run
 # would cost a transfer each time, and a CUDA graph capture refuses such copies.
 _CONSTANTS: dict = {}
+
+
+# attention ops whose reference runs one sequence at a time when its score matrices would be
+# large: a prefill's float64 SDPA ([8, 32, 2048, 2048] scores, 8 GB a matrix) ran out of the
+# H200's memory beside other verifications (kforge.attention slices itself: attention_op)
+_BATCH_SLICED = ("aten.scaled_dot_product_attention", "kforge.attention_kv")
+
+
+def _batch_sliced(name: str, template, operands: list, device) -> tuple | None:
+    """The op applied to each batch row of its operands (those whose first dimension is the
+    batch: q, k, v, a per-sequence mask) and concatenated, where its score matrices would take
+    more than attention_op.SLICE_BYTES; None where it runs whole."""
+    from kforge.attention_op import SLICE_BYTES
+    from kforge.fallbacks import run_fallback
+    if name not in _BATCH_SLICED or not operands or operands[0].dim() != 4:
+        return None
+    q = operands[0]
+    b, h, sq = q.shape[0], q.shape[1], q.shape[2]
+    skv = max((t.shape[2] for t in operands[1:] if t.dim() == 4), default=sq)
+    if b < 2 or 3 * b * h * sq * skv * q.element_size() <= SLICE_BYTES:
+        return None
+    parts = []
+    for i in range(b):
+        rows = [t[i:i + 1] if t.dim() == 4 and t.shape[0] == b else t for t in operands]
+        parts.append(run_fallback(name, template, rows, device))
+    return tuple(torch.cat([p[k] for p in parts], dim=0) for k in range(len(parts[0])))
 
 
 def _dense_constant(op: ConstantOp, dt, device) -> torch.Tensor:

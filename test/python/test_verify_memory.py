@@ -266,3 +266,21 @@ def test_a_failing_reference_is_one_regions_error_in_tune(monkeypatch, matmul_bi
                            options=SimpleNamespace(target="cpu", precision="strict"))
     outcome = _tune(task, None, Path("/tmp"), lambda ev: None)
     assert outcome.entry is None and "OracleError" in outcome.error and spec.name in outcome.error
+
+
+def test_sdpa_reference_runs_a_sequence_at_a_time_when_large(monkeypatch):
+    """The float64 SDPA of a prefill region's reference runs one batch row at a time where its
+    scores would be large (8 GB a matrix for Llama-3-8B's prefill), with the same result."""
+    from kforge import attention_op, reference
+    from kforge.fallbacks import run_fallback
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(3, 4, 6, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.rand(3, 1, 6, 6) < 0.8
+    template = [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}, {"tensor": 3}, 0.0, False, 0.3]
+    name = "aten.scaled_dot_product_attention"
+    whole = run_fallback(name, template, [q, k, v, mask], "cpu")
+    assert reference._batch_sliced(name, template, [q, k, v, mask], "cpu") is None   # small
+    monkeypatch.setattr(attention_op, "SLICE_BYTES", 64)
+    sliced = reference._batch_sliced(name, template, [q, k, v, mask], "cpu")
+    assert sliced is not None and len(sliced) == len(whole)
+    torch.testing.assert_close(sliced[0], whole[0], rtol=0, atol=1e-14)
