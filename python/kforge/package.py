@@ -82,15 +82,17 @@ def manifest_entry(pkg: Path, result, options) -> dict:
     return entry
 
 
+def launch_of(config: dict | None) -> dict:
+    """A manifest entry's `launch`: the candidate's configuration, and its launch keys."""
+    cfg = dict(config or {})
+    return {"config": cfg, **{k: cfg[k] for k in ("grid", "num_warps", "num_stages") if k in cfg}}
+
+
 def entry_fields(result, options) -> dict:
     """The manifest entry for a synthesis result, its kernel file not written (a worker makes
     it; the package's writer writes both)."""
     rel = f"kernels/{result.hash}/kernel.py"
-    cfg = dict(result.candidate.config or {})
-    launch = {"config": cfg}
-    for k in ("grid", "num_warps", "num_stages"):
-        if k in cfg:
-            launch[k] = cfg[k]
+    launch = launch_of(result.candidate.config)
     return {
         "symbol": f"kforge_kernel_{result.hash}_{options.target}",
         "target": options.target, "provider": result.provider, "precision": options.precision,

@@ -11,7 +11,8 @@ from typing import Callable
 
 from kforge.errors import UserError
 from kforge.verify.verifier import VerificationOutOfMemory, is_out_of_memory
-from kforge.package import Package, open_package, read_manifest, relink, write_manifest
+from kforge.package import (Package, launch_of, open_package, read_manifest, relink,
+                            write_manifest)
 from kforge.selection import region_precision, selection_feeders
 
 
@@ -162,10 +163,7 @@ def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
     cand = fresh[0]
     atomic_write_text(package.root / entry["source"], cand.source)
     say(f"region {h}: {why}; a {precision} kernel generated, to verify")
-    cfg = dict(cand.config or {})
-    launch = {"config": cfg, **{k: cfg[k] for k in ("grid", "num_warps", "num_stages")
-                                if k in cfg}}
-    return dict(entry, status="candidate", precision=precision, launch=launch,
+    return dict(entry, status="candidate", precision=precision, launch=launch_of(cand.config),
                 candidate_id=cand.id, notes=cand.notes, time_ms=None,
                 sha256=hashlib.sha256(cand.source.encode()).hexdigest(),
                 verification={"status": "candidate", "reason": "requalified",
