@@ -32,6 +32,7 @@ def test_good_candidate_is_verified(spec, kernel):
     assert record.max_abs_err is not None and record.max_abs_err < 1e-4
     assert record.time_ms and record.time_ms > 0
     assert len(record.seeds) >= 3 and record.atol == 1e-4
+    assert record.memory is None             # device memory peaks: GPUs only
     if spec == "add_relu":      # dynamic batch: a second, different size was checked
         assert len(record.dynamic_sizes) == 2 and record.dynamic_sizes[0] != \
             record.dynamic_sizes[1]
@@ -242,6 +243,9 @@ def test_gpu_verification_draws_and_compares_on_the_device():
     assert record.status == "verified", record.message
     assert record.fp32_error_ratio is not None and record.time_ms > 0
     assert {"reference", "worker", "compare", "worker_inputs"} <= set(record.stage_s)
+    mem = record.memory      # the peaks of both processes, against the region's bytes
+    assert mem["worker_peak_bytes"] > 0 and mem["parent_peak_bytes"] > 0, mem
+    assert mem["region_bytes"] > 0 and mem["peak_over_region"] > 0, mem
     for spec, wrong in (("add_relu", _source("good_add_relu").replace(
             "tl.maximum(x + b[None, :], 0.0)", "tl.maximum(x - b[None, :], 0.0)")),):
         bad = verify_candidate(_spec(spec), wrong, "cuda", "strict")

@@ -341,6 +341,11 @@ def main() -> int:
         except BaseException as exc:  # noqa: BLE001
             result["error"] = dict(_describe_error(exc), stage="timing")
         spent("timing", t0)
+    if device != "cpu":
+        try:
+            result["peak_bytes"] = int(getattr(torch, device).max_memory_allocated())
+        except Exception:   # noqa: BLE001 - informational
+            pass
     write_json("result.json", result)
     return 0
 

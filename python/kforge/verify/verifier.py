@@ -142,6 +142,10 @@ class VerificationRecord:
     # where elapsed_s went, in seconds: reference (inputs and the float64 reference), worker
     # (the sandboxed process: its inputs, launches, saving outputs, timing) and compare
     stage_s: dict | None = None
+    # device memory at its peak (GPUs): the parent's (inputs, float64 reference, comparison) and
+    # the sandboxed worker's (inputs, their pristine copies, outputs), in bytes, beside the
+    # region's least bytes (inputs + weights + outputs at the spec's size)
+    memory: dict | None = None
     checked_at: str = ""
     torch_version: str = torch.__version__
     triton_version: str = ""
@@ -528,8 +532,9 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     sig = signature_of(spec)
     dynamic_sizes = tuple(dynamic_sizes)
     stages: dict = {}
+    memory: dict | None = _start_peak(tname, spec)
     base = dict(target=tname, precision=policy.name, atol=policy.atol, rtol=policy.rtol,
-                triton_version=_triton_version(), stage_s=stages)
+                triton_version=_triton_version(), stage_s=stages, memory=memory)
 
     def record(status: str, reason: str = "", message: str = "", **kw) -> VerificationRecord:
         elapsed = (_dt.datetime.now(_dt.timezone.utc) - started).total_seconds()
@@ -617,6 +622,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         stages["worker"] = round(time.monotonic() - t0, 3)
         for k, v in ((result or {}).get("stage_s") or {}).items():
             stages[f"worker_{k}"] = v
+        if memory is not None and (result or {}).get("peak_bytes") is not None:
+            memory["worker_peak_bytes"] = int(result["peak_bytes"])
         t0 = time.monotonic()
         if result is None:
             where = _progress_text(progress)
@@ -690,12 +697,37 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                               + cmp.message, **common)
             time_ms, noise, lo, hi = _timing_stats(timing["samples_ms"])
         stages["compare"] = round(time.monotonic() - t0, 3)
+        _end_peak(memory, tname)
         return record("verified", "", "", max_abs_err=max_abs, max_rel_err=max_rel,
                       fp32_error_ratio=ratio,
                       time_ms=time_ms, time_noise=noise, time_lo_ms=lo, time_hi_ms=hi,
                       **common)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _start_peak(tname: str, spec) -> dict | None:
+    """The memory record of a GPU verification, its peak counter reset (None elsewhere)."""
+    mod = getattr(torch, tname, None) if tname != "cpu" else None
+    if mod is None or not hasattr(mod, "reset_peak_memory_stats"):
+        return None
+    try:
+        mod.reset_peak_memory_stats()
+    except Exception:   # noqa: BLE001 - no device context: nothing to record
+        return None
+    return {"region_bytes": int(getattr(spec, "min_bytes", 0) or 0)}
+
+
+def _end_peak(memory: dict | None, tname: str) -> None:
+    if memory is None:
+        return
+    try:
+        memory["parent_peak_bytes"] = int(getattr(torch, tname).max_memory_allocated())
+    except Exception:   # noqa: BLE001 - informational
+        return
+    peak = max(memory.get("parent_peak_bytes", 0), memory.get("worker_peak_bytes", 0))
+    if memory["region_bytes"]:
+        memory["peak_over_region"] = round(peak / memory["region_bytes"], 2)
 
 
 def _memory_dir(sig, checks, device: str) -> Path | None:
