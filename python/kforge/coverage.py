@@ -73,6 +73,7 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
     for _ in range(max(1, repeats)):
         by_home = defaultdict(float)
         by_fallback = defaultdict(float)
+        by_kind = defaultdict(float)        # kernel time by region kind (gemm, attention, moe...)
 
         def timer(step, run):
             sync()
@@ -81,7 +82,11 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
             sync()
             dt = time.perf_counter() - t0
             if isinstance(step, (CallStep, KernelStep)):
-                by_home["kernel" if step.call in compiled.kernels else "reference"] += dt
+                on_kernel = step.call in compiled.kernels
+                by_home["kernel" if on_kernel else "reference"] += dt
+                if on_kernel:
+                    spec = compiled.package.specs.get(step.call)
+                    by_kind[getattr(spec, "root_kind", "") or "other"] += dt
             elif isinstance(step, FallbackOp):
                 by_home["fallback"] += dt
                 by_fallback[step.name] += dt
@@ -90,7 +95,8 @@ def profile_plan(compiled, inputs, repeats: int = 1) -> dict:
             return out
 
         compiled.run(inputs, step_timer=timer)
-        times = {"by_home_s": dict(by_home), "by_fallback_s": dict(by_fallback)}
+        times = {"by_home_s": dict(by_home), "by_fallback_s": dict(by_fallback),
+                 "by_kind_s": dict(by_kind)}
     total = sum(times["by_home_s"].values())
     times["total_s"] = total
     times["device"] = str(device)
@@ -108,6 +114,9 @@ def merge_profile(coverage: dict, profile: dict | None) -> dict:
     out["time_device"] = profile.get("device")
     out["time_share"] = {k: round(v / total, 4) if total else None
                          for k, v in profile.get("by_home_s", {}).items()}
+    # the kernels' share by what they compute (of the whole run's time)
+    out["kernel_share_by_kind"] = {k: round(v / total, 4) if total else None
+                                   for k, v in profile.get("by_kind_s", {}).items()}
     rows = []
     for row in coverage.get("fallback_ops", []):
         t = profile.get("by_fallback_s", {}).get(row["name"], 0.0)

@@ -135,3 +135,18 @@ def test_checks_work_a_chunk_at_a_time_on_references_in_host_memory(monkeypatch)
     bad[0, 0] = float("nan")
     assert runner._errors(bad, ref) == (float("inf"), float("inf"))
     assert runner._within(bad, ref, 1.0, 1.0, True) is False
+
+
+def test_where_the_time_goes_names_the_kernels_kinds_and_the_launch_gaps():
+    """The LLM section's explanation: the kernels' time by what they compute (attention, MoE,
+    GEMMs...), and the step-by-step run against the timed one (what launches and
+    synchronization cost, which the CUDA graph removes)."""
+    k = {"status": "ok", "timing": {"median_ms": 3.41}, "regions": 15, "kernels": 15,
+         "info": {"where": {"time_share": {"kernel": 0.73, "host": 0.19, "fallback": 0.08},
+                            "kernel_share_by_kind": {"gemm": 0.5, "attention": 0.2,
+                                                     "rows": 0.03},
+                            "stepwise_ms": 11.6, "fallback_ops": []}}}
+    text = report._kernel_kinds(k)
+    assert text.startswith("gemm 50%, attention 20%, rows 3%"), text
+    assert "step by step 11.6 ms, timed 3.41 ms" in text
+    assert report._kernel_kinds({"info": {}}) == "–"

@@ -152,6 +152,9 @@ def test_kforge_package_verified_and_timed(smoke_run):
         assert where["ops"]["kernel"] >= 1 and where["kernel_flop_fraction"] == 1.0, where
         assert where["time_measured"] and where["time_share"]["kernel"] > 0.5, where
         assert abs(sum(where["time_share"].values()) - 1.0) < 1e-3 and where["stepwise_ms"] > 0
+        kinds = where["kernel_share_by_kind"]       # the kernels' time by what they compute
+        assert kinds and all(v is not None and v >= 0 for v in kinds.values()), kinds
+        assert abs(sum(kinds.values()) - where["time_share"]["kernel"]) < 1e-3, (kinds, where)
         assert k["max_abs_err"] is not None and k["compile_s"] > 0
         assert k["timing"]["median_ms"] > 0
         assert r["speedup"] is not None and r["roofline_fraction"] > 0

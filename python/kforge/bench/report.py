@@ -360,6 +360,19 @@ def _time_shares(k: dict) -> str:
                      sorted(share.items(), key=lambda kv: -(kv[1] or 0)) if v)
 
 
+def _kernel_kinds(k: dict) -> str:
+    """The kernels' time by region kind, and what a CUDA-graph replay saved against the
+    synchronizing step-by-step run (launch and synchronization gaps)."""
+    where = (k.get("info") or {}).get("where") or {}
+    kinds = where.get("kernel_share_by_kind") or {}
+    text = ", ".join(f"{kind} {100 * v:.0f}%" for kind, v in
+                     sorted(kinds.items(), key=lambda kv: -(kv[1] or 0)) if v) or "–"
+    step, timed = where.get("stepwise_ms"), (k.get("timing") or {}).get("median_ms")
+    if step and timed:
+        text += f"; step by step {step:.3g} ms, timed {timed:.3g} ms"
+    return text
+
+
 def llm_section(doc: dict) -> list[str]:
     """Workloads that count tokens (LLM prefill / decode): tokens/s of every route."""
     llm = [w for w in doc["workloads"] if w.get("tokens_per_call")]
@@ -382,7 +395,7 @@ def llm_section(doc: dict) -> list[str]:
             fb = ", ".join(f"{r['name']} x{r['count']}" for r in where.get("fallback_ops", [])[:6])
             shares.append(f"| {w['name']} | {p['precision']} | {_kernels(k)} | "
                           f"{_fmt(where.get('kernel_flop_fraction') and 100 * where['kernel_flop_fraction'], '.1f')} | "
-                          f"{_time_shares(k)} | {fb or '–'} |")
+                          f"{_time_shares(k)} | {_kernel_kinds(k)} | {fb or '–'} |")
     out = ["", "## LLM inference: tokens/s", "",
            "tokens/s = tokens per call (prefill: batch x sequence; decode: batch, one new token "
            "per sequence against its KV cache) / median time of one call. A route outside the "
@@ -393,8 +406,8 @@ def llm_section(doc: dict) -> list[str]:
                 "kernel = verified KForge kernels, reference = PyTorch (the region's aten "
                 "program or its linalg reference), fallback = ops outside the linalg path run "
                 "by torch.ops, host = views and glue):", "",
-                "| workload | policy | regions on kernels | % region FLOPs in kernels | time share | fallback ops |",
-                "|---|---|---:|---:|---|---|", *shares]
+                "| workload | policy | regions on kernels | % region FLOPs in kernels | time share | kernels by kind | fallback ops |",
+                "|---|---|---:|---:|---|---|---|", *shares]
     return out
 
 
