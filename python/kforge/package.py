@@ -572,6 +572,10 @@ def print_report(report: dict, console=None) -> None:
     for r in report["regions"]:
         if r.get("message"):
             console.print(f"  {r['hash']}: {r['message'][:300]}")
+    raised = [r for r in report["regions"] if r.get("precision_reason")]
+    if raised:
+        console.print(f"  {len(raised)} regions compiled strict: "
+                      f"{raised[0]['precision_reason']}", markup=False)
     cov = report.get("coverage")
     if cov:
         from kforge.coverage import coverage_markdown

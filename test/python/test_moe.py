@@ -170,6 +170,17 @@ def test_regions_upstream_of_a_router_compile_strict_under_bf16(tmp_path, kforge
     assert any(precisions[h] == "bf16" for h in precisions if h != moe), precisions
     rows = {r["hash"]: r for r in doc["regions"]}
     assert all("aten.topk" in rows[h]["precision_reason"] for h in upstream)
+    # the report says which regions and why, in report.md and on the console
+    md = (tmp_path / "pkg" / "report.md").read_text()
+    assert f"{len(upstream)} regions compiled `strict`" in md and "aten.topk" in md
+    import io
+
+    from rich.console import Console
+
+    from kforge.package import print_report
+    out = io.StringIO()
+    print_report(doc, Console(file=out, width=200))
+    assert f"{len(upstream)} regions compiled strict" in out.getvalue()
     compiled = load_package(tmp_path / "pkg")
     assert set(compiled.kernels) == set(precisions)          # strict kernels meet bf16
     with torch.no_grad():
