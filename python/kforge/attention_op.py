@@ -29,13 +29,19 @@ _LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks
 SLICE_BYTES = 1 << 31
 
 
+def score_bytes(q: torch.Tensor, keys: int, batch: int = 1, heads: int = 1) -> int:
+    """What attention over `keys` keys holds for `batch` x `heads` of q's [B, H, Sq, D] at
+    once: its scores, logits and probabilities, in q's element type."""
+    return 3 * batch * heads * q.shape[2] * keys * q.element_size()
+
+
 def attention_reference(q, k, v, mask, sinks, scale: float):
     """The op's definition, computed a slice of (batch, query heads) at a time where the whole
     score matrix would take more than SLICE_BYTES (each slice is exact: heads and sequences are
     independent)."""
     b, h, sq, _ = q.shape
-    per_head = 3 * sq * k.shape[2] * q.element_size()
-    if b * h * per_head <= SLICE_BYTES:
+    per_head = score_bytes(q, k.shape[2])
+    if score_bytes(q, k.shape[2], b, h) <= SLICE_BYTES:
         return _attention_dense(q, k, v, mask, sinks, scale)
     group = h // k.shape[1]
     heads = max(1, min(h, SLICE_BYTES // per_head))

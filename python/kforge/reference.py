@@ -611,14 +611,14 @@ def _batch_sliced(name: str, template, operands: list, device) -> tuple | None:
     """The op applied to each batch row of its operands (those whose first dimension is the
     batch: q, k, v, a per-sequence mask) and concatenated, where its score matrices would take
     more than attention_op.SLICE_BYTES; None where it runs whole."""
-    from kforge.attention_op import SLICE_BYTES
+    from kforge.attention_op import SLICE_BYTES, score_bytes
     from kforge.fallbacks import run_fallback
     if name not in _BATCH_SLICED or not operands or operands[0].dim() != 4:
         return None
     q = operands[0]
-    b, h, sq = q.shape[0], q.shape[1], q.shape[2]
-    skv = max((t.shape[2] for t in operands[1:] if t.dim() == 4), default=sq)
-    if b < 2 or 3 * b * h * sq * skv * q.element_size() <= SLICE_BYTES:
+    b = q.shape[0]
+    skv = max((t.shape[2] for t in operands[1:] if t.dim() == 4), default=q.shape[2])
+    if b < 2 or score_bytes(q, skv, b, q.shape[1]) <= SLICE_BYTES:
         return None
     parts = []
     for i in range(b):

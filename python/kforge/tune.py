@@ -116,9 +116,6 @@ def regenerated(package: Package, h: str, entry: dict,
     """A rejected builtin entry as a candidate again, its kernel generated anew for the same
     configuration and written into the package; None where the source is unchanged (the same
     code would get the same verdict) or the builtin cannot generate it any more."""
-    import hashlib
-
-    from kforge.cache import atomic_write_text
     from kforge.providers.builtin import candidates
     config = (entry.get("launch") or {}).get("config")
     if entry.get("provider") != "builtin" or config is None:
@@ -130,12 +127,8 @@ def regenerated(package: Package, h: str, entry: dict,
     if not fresh or fresh[0].source == old:
         say(f"region {h}: rejected, and this KForge generates the same kernel for it")
         return None
-    atomic_write_text(path, fresh[0].source)
     say(f"region {h}: rejected before; generated again, to verify")
-    return dict(entry, status="candidate",
-                sha256=hashlib.sha256(fresh[0].source.encode()).hexdigest(),
-                verification={"status": "candidate", "reason": "regenerated",
-                              "previous": entry.get("verification")})
+    return _as_candidate(package, entry, fresh[0].source, {"reason": "regenerated"})
 
 
 def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
@@ -144,9 +137,6 @@ def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
     kforge.selection), as a candidate under `precision`: the first kernel of the builtin's space
     for it, written into the package; None for another provider's kernel or a region the
     builtin cannot generate."""
-    import hashlib
-
-    from kforge.cache import atomic_write_text
     from kforge.providers.builtin import candidates, config_space
     from kforge.providers.builtin.emitter import CannotGenerate
     if entry.get("provider") != "builtin":
@@ -161,13 +151,24 @@ def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
         say(f"region {h}: {why}; the builtin generates no {precision} kernel for it")
         return None
     cand = fresh[0]
-    atomic_write_text(package.root / entry["source"], cand.source)
     say(f"region {h}: {why}; a {precision} kernel generated, to verify")
-    return dict(entry, status="candidate", precision=precision, launch=launch_of(cand.config),
-                candidate_id=cand.id, notes=cand.notes, time_ms=None,
-                sha256=hashlib.sha256(cand.source.encode()).hexdigest(),
-                verification={"status": "candidate", "reason": "requalified",
-                              "precision_reason": why, "previous": entry.get("verification")})
+    return _as_candidate(package, entry, cand.source,
+                         {"reason": "requalified", "precision_reason": why},
+                         precision=precision, launch=launch_of(cand.config),
+                         candidate_id=cand.id, notes=cand.notes, time_ms=None)
+
+
+def _as_candidate(package: Package, entry: dict, source: str, why: dict, **fields) -> dict:
+    """`entry` with the kernel `source` written into the package, as a candidate to verify
+    (`why`: the verification record's reason; `fields`: other entry fields that change)."""
+    import hashlib
+
+    from kforge.cache import atomic_write_text
+    atomic_write_text(package.root / entry["source"], source)
+    return dict(entry, status="candidate", **fields,
+                sha256=hashlib.sha256(source.encode()).hexdigest(),
+                verification={"status": "candidate", **why,
+                              "previous": entry.get("verification")})
 
 
 def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,

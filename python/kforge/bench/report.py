@@ -351,22 +351,25 @@ def _llm_contenders(w: dict) -> dict:
     return out
 
 
+def _shares_text(shares: dict) -> str:
+    """"kernel 73%, host 19%, ...": the nonzero shares, largest first."""
+    return ", ".join(f"{name} {100 * v:.0f}%" for name, v in
+                     sorted(shares.items(), key=lambda kv: -(kv[1] or 0)) if v)
+
+
 def _time_shares(k: dict) -> str:
     where = (k.get("info") or {}).get("where") or {}
     share = where.get("time_share")
     if not share:
         return "–"
-    return ", ".join(f"{home} {100 * v:.0f}%" for home, v in
-                     sorted(share.items(), key=lambda kv: -(kv[1] or 0)) if v)
+    return _shares_text(share)
 
 
 def _kernel_kinds(k: dict) -> str:
     """The kernels' time by region kind, and what a CUDA-graph replay saved against the
     synchronizing step-by-step run (launch and synchronization gaps)."""
     where = (k.get("info") or {}).get("where") or {}
-    kinds = where.get("kernel_share_by_kind") or {}
-    text = ", ".join(f"{kind} {100 * v:.0f}%" for kind, v in
-                     sorted(kinds.items(), key=lambda kv: -(kv[1] or 0)) if v) or "–"
+    text = _shares_text(where.get("kernel_share_by_kind") or {}) or "–"
     step, timed = where.get("stepwise_ms"), (k.get("timing") or {}).get("median_ms")
     if step and timed:
         text += f"; step by step {step:.3g} ms, timed {timed:.3g} ms"

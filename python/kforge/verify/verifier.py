@@ -532,9 +532,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     sig = signature_of(spec)
     dynamic_sizes = tuple(dynamic_sizes)
     stages: dict = {}
-    memory: dict | None = _start_peak(tname, spec)
     base = dict(target=tname, precision=policy.name, atol=policy.atol, rtol=policy.rtol,
-                triton_version=_triton_version(), stage_s=stages, memory=memory)
+                triton_version=_triton_version(), stage_s=stages)
 
     def record(status: str, reason: str = "", message: str = "", **kw) -> VerificationRecord:
         elapsed = (_dt.datetime.now(_dt.timezone.utc) - started).total_seconds()
@@ -554,6 +553,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                       "`kforge tune PKG` on a machine with the device to verify it")
 
     device = "cpu" if tname == "cpu" else tname
+    memory = base["memory"] = _start_peak(tname, spec)     # GPUs: the peaks from here on
     region = getattr(spec, "name", None) or (spec.get("name") if isinstance(spec, dict) else "?")
     if reference is None:
         from kforge.reference import reference_fn
