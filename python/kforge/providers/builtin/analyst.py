@@ -24,6 +24,7 @@ import json
 import math
 
 from kforge.profiling.schema import KernelFacts, Profile, Source, Timing
+from kforge.synth import MIN_GAIN       # the loop's: a smaller gain is no new kernel
 from kforge.targets.cuda import CudaTarget
 
 # where a target does not say (Target.compute_units, Arch.shared_bytes): the H200's
@@ -127,7 +128,6 @@ _LAUNCH_S = 4e-6                            # one more kernel launch
 # a clear gain and the rule does not fire.
 MODEL_ERROR = 0.08
 NEAR_FLOOR = 0.88                           # floor / time at which tuning stops paying
-MIN_GAIN = 0.02                             # the loop's (kforge.synth.MIN_GAIN)
 
 _PRODUCTS = {None: 1, "fp16x1": 1, "fp16x3": 3, "3xtf32": 3, "tf32x3": 3, "bf16x6": 6,
              "tf32": 1, "ieee": 1}
@@ -200,6 +200,12 @@ def _operands(spec, shape) -> tuple[int, int, bool]:
             _weight_source(spec, b) is not None)
 
 
+def _rate(peaks, scheme) -> float:
+    """The tensor-core (or fp32) FLOP rate a scheme's products run at."""
+    return peaks.tf32 if scheme in _TF32_RATE else peaks.fp32 if scheme == "ieee" \
+        else peaks.bf16
+
+
 def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
     """The predicted time of configuration c (`time_ms`) and its parts: tiles, waves (the
     busiest SM's tiles) and how full the last is, compute / memory / extra ms, DRAM bytes,
@@ -212,8 +218,7 @@ def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
     tiles = math.ceil(M / bm) * math.ceil(N / bn) * B * sk
     per_sm = math.ceil(tiles / sms)
     k_tile = math.ceil(K / sk / bk) * bk
-    rate = peaks.tf32 if scheme in _TF32_RATE else peaks.fp32 if scheme == "ieee" \
-        else peaks.bf16
+    rate = _rate(peaks, scheme)
     eff = _tile_eff(bm, bn, scheme) * (_K32_EFF if bk < 64 else 1.0) \
         * _SCHEME_EFF.get(scheme, 1.0)
     compute = per_sm * 2 * bm * bn * k_tile * _PRODUCTS.get(scheme, 1) / (rate / sms * eff)
@@ -252,8 +257,7 @@ def model_floor_ms(shape, space: list[dict], spec=None, peaks=None) -> float:
     best = math.inf
     for c in space:
         scheme = c.get("input_precision")
-        rate = peaks.tf32 if scheme in _TF32_RATE else peaks.fp32 if scheme == "ieee" \
-            else peaks.bf16
+        rate = _rate(peaks, scheme)
         m = tile_model(shape, dict(c, SPLIT_K=1), spec=spec, peaks=peaks)
         best = min(best, max(2 * M * N * K * B * _PRODUCTS.get(scheme, 1) / rate,
                              m["traffic"] / peaks.bytes_per_s) * 1e3)
