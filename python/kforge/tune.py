@@ -10,7 +10,8 @@ import os
 from typing import Callable
 
 from kforge.errors import UserError
-from kforge.verify.verifier import VerificationOutOfMemory, is_out_of_memory
+from kforge.verify.verifier import (VerificationOutOfMemory, VerificationRecord,
+                                    is_out_of_memory)
 from kforge.package import (Package, launch_of, open_package, read_manifest, relink,
                             write_manifest)
 from kforge.selection import region_precision, selection_feeders
@@ -62,12 +63,16 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
         if retry_rejected and status == "rejected":
-            entry = regenerated(package, h, entry, say)
-            if entry is None:
+            fresh = regenerated(package, h, entry, say)
+            if fresh is not None:
+                manifest["kernels"][h] = entry = fresh
+                status, renewed = "candidate", True
+            elif not repairable(entry, repair):
                 continue
-            manifest["kernels"][h] = entry
-            status, renewed = "candidate", True
-        if not (status == "candidate" or (rounds > 0 and status == "verified")):
+            else:
+                say(f"region {h}: repairing again from its recorded verdict")
+        if not (status == "candidate" or (rounds > 0 and status == "verified") or
+                (retry_rejected and status == "rejected")):
             continue
         opts = SynthOptions(target=target, precision=entry.get("precision", precision),
                             provider=provider or entry.get("provider", "builtin"),
@@ -109,6 +114,16 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     if results:
         say(note or relink(package.root))     # (every region failed: nothing was linked yet)
     return results
+
+
+def repairable(entry: dict, repair: int) -> bool:
+    """A rejected builtin entry whose recorded verdict the repair loop can start from again (a
+    KForge whose repair has changed since may find another kernel): once per entry, since the
+    same code would repeat the same repair."""
+    verification = entry.get("verification") or {}
+    return (repair > 0 and entry.get("provider") == "builtin" and
+            verification.get("status") == "rejected" and bool(verification.get("reason")) and
+            not entry.get("repair_retried"))
 
 
 def regenerated(package: Package, h: str, entry: dict,
@@ -210,22 +225,31 @@ def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
                 "verification")
             entry["status"] = "rejected"
             entry.setdefault("verification", {})["status"] = "rejected"
-    elif status == "candidate":
-        say(f"verifying region {h}")
-        try:
-            with device_admission(spec, target, say):
-                rec = verify_candidate(spec, cand, target, precision, measure=True,
-                                       dynamic_sizes=sizes)
-        except VerificationOutOfMemory as exc:
-            # not the kernel's fault: it stays a candidate (unused until verified), and the
-            # region's record says why, for `kforge tune` to be run again with fewer jobs
-            say(f"region {h}: not verified: {exc}")
-            entry["verification"] = dict(entry.get("verification") or {}, status="candidate",
-                                         reason="out_of_memory", message=str(exc)[:1000])
-            return entry, None
-        entry["verification"] = rec.to_json()
-        entry["status"] = rec.status
-        entry["time_ms"] = rec.time_ms
+    elif status in ("candidate", "rejected"):
+        if status == "candidate":
+            say(f"verifying region {h}")
+            try:
+                with device_admission(spec, target, say):
+                    rec = verify_candidate(spec, cand, target, precision, measure=True,
+                                           dynamic_sizes=sizes)
+            except VerificationOutOfMemory as exc:
+                # not the kernel's fault: it stays a candidate (unused until verified), and
+                # the region's record says why, for `kforge tune` to be run again with fewer
+                # jobs
+                say(f"region {h}: not verified: {exc}")
+                entry["verification"] = dict(entry.get("verification") or {},
+                                             status="candidate", reason="out_of_memory",
+                                             message=str(exc)[:1000])
+                return entry, None
+            entry["verification"] = rec.to_json()
+            entry["status"] = rec.status
+            entry["time_ms"] = rec.time_ms
+        elif repairable(entry, repair):
+            # `--retry-rejected`, the same kernel: its recorded verdict starts the repair
+            rec = VerificationRecord.from_json(entry["verification"])
+            entry["repair_retried"] = True
+        else:
+            return None, None
         if not rec.verified and repair > 0 and entry.get("provider") == "builtin":
             # the kernel compiled elsewhere failed here: the loop takes this verdict and
             # generates the next ones in the builtin's order, verify only

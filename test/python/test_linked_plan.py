@@ -182,7 +182,9 @@ def test_retry_rejected_regenerates_a_fixed_kernel_and_verifies_it(package, tmp_
                                                                     monkeypatch):
     """`kforge tune --retry-rejected`: a region rejected with a kernel that this KForge would
     generate differently (the generator was fixed since) gets the new kernel and is verified
-    again, for real on the interpreter; one whose kernel is unchanged is left rejected."""
+    again, for real on the interpreter; one whose kernel is unchanged is repaired once from its
+    recorded verdict (the repair may have changed since), without verifying the same kernel
+    again; one already repaired that way is left rejected."""
     import hashlib
     import shutil
 
@@ -192,8 +194,10 @@ def test_retry_rejected_regenerates_a_fixed_kernel_and_verifies_it(package, tmp_
     manifest = read_manifest(pkg)
     fixed, same = sorted(manifest["kernels"])[:2]
     for h in (fixed, same):
-        manifest["kernels"][h]["verification"] = {"status": "rejected", "reason": "runtime_error"}
+        manifest["kernels"][h]["verification"] = {"status": "rejected", "reason": "runtime_error",
+                                                  "message": "it failed here"}
         manifest["kernels"][h]["status"] = "rejected"
+    same_config = manifest["kernels"][same]["launch"]["config"]
     path = pkg / manifest["kernels"][fixed]["source"]
     good = path.read_text()
     broken = good.replace("def launch(", "def _never():\n    raise RuntimeError('old bug')\n\n\n"
@@ -205,13 +209,25 @@ def test_retry_rejected_regenerates_a_fixed_kernel_and_verifies_it(package, tmp_
     notes = []
     results = tune_package(pkg, retry_rejected=True, progress=notes.append)
     after = read_manifest(pkg)["kernels"]
-    assert results[fixed] == "verified" and same not in results
+    assert results[fixed] == "verified"
     assert after[fixed]["verification"]["status"] == "verified"
     assert path.read_text() == good
     assert after[fixed]["sha256"] == hashlib.sha256(good.encode()).hexdigest()
-    assert after[same]["verification"]["status"] == "rejected"
+    assert any(f"region {same}: repairing again from its recorded verdict" in n for n in notes)
+    assert results[same] == "verified"
+    assert after[same]["repaired_from"] == {"config": same_config, "reason": "runtime_error",
+                                            "message": "it failed here"}
+    assert after[same]["launch"]["config"] != same_config
+    assert fixed in kernel_steps(pkg)[0] and same in kernel_steps(pkg)[0]
+    # a retried repair that failed too: the next retry leaves it alone
+    manifest = read_manifest(pkg)
+    manifest["kernels"][same]["verification"] = {"status": "rejected", "reason": "mismatch"}
+    manifest["kernels"][same]["repair_retried"] = True
+    write_manifest(pkg, manifest)
+    notes.clear()
+    assert same not in tune_package(pkg, retry_rejected=True, progress=notes.append)
+    assert read_manifest(pkg)["kernels"][same]["verification"]["status"] == "rejected"
     assert any(f"region {same}: rejected, and this KForge generates the same" in n
                for n in notes)
-    assert fixed in kernel_steps(pkg)[0]
     # without the flag the rejected region is not retried
     assert same not in tune_package(pkg)
