@@ -219,3 +219,22 @@ def test_compile_routes_for_real(tmp_path):
         assert r.status == "ok", r.reason
         assert r.compile_s > 0 and r.info["mode"] in ("default", "max-autotune-no-cudagraphs")
     assert bf16.matched_best in by_name
+
+
+def test_a_workload_is_checkpointed_after_every_route(tmp_path):
+    """`on_result` is called after each route of the workload running, with that workload as
+    "partial" and what it measured so far (a run stopped by its time limit keeps it), and once
+    more when it ends; each route's line says when it finished and what it measured."""
+    lines, seen = [], []
+    runner = _runner(tmp_path, ["strict", "bf16"])
+    runner.log = lines.append
+    results = runner.run([_workload(tmp_path, "lin", LINEAR)],
+                         on_result=lambda rs: seen.append(
+                             (rs[-1].status, len(rs[-1].baselines), len(rs[-1].policies))))
+    assert results[0].status == "ok" and seen[-1] == ("ok", 2, 2)
+    partial = [s for s in seen if s[0] == "partial"]
+    assert partial[0] == ("partial", 1, 0)              # after eager, before anything else
+    assert ("partial", 2, 1) in partial and ("partial", 2, 2) in partial
+    assert any(line.lstrip().startswith("[") and "] eager: " in line and " ms, ok" in line
+               for line in lines)
+    assert any("] eager[bf16 model]: " in line for line in lines)

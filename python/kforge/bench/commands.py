@@ -185,7 +185,10 @@ def _run(args, selected, target, precisions, baselines, shard) -> int:
         return report.build_document(env, _config_json(
             args, config, target, precisions, baselines, shard, start),
             peaks.to_json(), [r.to_json() for r in results],
-            notes + ([f"partial: {len(results)} of {len(selected)} workloads done when written"]
+            notes + ([f"partial: {sum(r.status != 'partial' for r in results)} of "
+                      f"{len(selected)} workloads done when written" +
+                      ("; the last in progress, with the routes it had measured"
+                       if results and results[-1].status == "partial" else "")]
                      if partial else []))
 
     def checkpoint(results):

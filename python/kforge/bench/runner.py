@@ -100,7 +100,7 @@ class WorkloadResult:
     baseline_roofline_fraction: float | None = None     # fp32 floor / faster baseline
     policies: list = field(default_factory=list)        # PolicyResult
     tokens_per_call: int | None = None                   # the module's tokens_per_call()
-    status: str = "ok"                                   # ok | failed | skipped
+    status: str = "ok"                                   # ok | failed | skipped | partial
     reason: str = ""
     wall_s: float | None = None
 
@@ -179,8 +179,12 @@ class Runner:
         self._current: str | None = None
 
     def run(self, workloads: list[Workload], on_result=None) -> list[WorkloadResult]:
-        """Run each workload; `on_result(results so far)` is called after every one."""
+        """Run each workload; `on_result(results so far)` is called after every one, and after
+        every route of the one running (its result then "partial": what was measured so far,
+        so that a run stopped by a time limit keeps it)."""
         results = []
+        self._on_partial = (None if on_result is None else
+                            lambda partial: on_result(results + [partial]))
         for i, wl in enumerate(workloads):
             if self.config.deadline is not None and time.time() > self.config.deadline:
                 results.append(WorkloadResult(wl.name, str(wl.path), [], self.config.scale, [],
@@ -196,6 +200,7 @@ class Runner:
                                      reason=f"{type(exc).__name__}: {exc}"[:500])
                 self.log(traceback.format_exc())
             res.wall_s = time.perf_counter() - t0
+            self._partial = None
             results.append(res)
             self._cleanup()
             if on_result is not None:
@@ -294,11 +299,13 @@ class Runner:
         res.bytes_fp32 = roofline.min_bytes(model, inputs, out, None)
         del out
         checks = self._fresh_references(wl, model)
+        res.status, self._partial = "partial", res
+        self._t0 = time.perf_counter()
 
         # Baselines: the model as written, fp32 with TF32 off: strict's matched routes.
         atol, rtol = backends.TOLERANCE["strict"]
-        res.baselines = [self._route(r, model, inputs, checks, atol, rtol, cold=True)
-                         for r in routes.matched_routes("strict")]
+        for r in routes.matched_routes("strict"):
+            self._route(r, model, inputs, checks, atol, rtol, cold=True, into=res.baselines)
         best = _fastest(res.baselines)
         if best:
             res.best_baseline, res.best_baseline_ms = best.name, best.timing.median_ms
@@ -308,14 +315,30 @@ class Runner:
         res.tokens_per_call = wl.tokens_per_call(cfg.scale, mod)
         for policy in cfg.precisions:
             pr = self._kforge(wl, model, inputs, checks, policy, res)
-            self._matched(pr, model, inputs, checks, res)
             res.policies.append(pr)
+            self._progress(pr.kforge)
+            self._matched(pr, model, inputs, checks, res)
             _set_tokens_per_s(res)
             self.log("    " + _one_line(pr, res))
+            self._progress()            # the headline
+        res.status = "ok"
         return res
 
-    def _route(self, route: routes.Route, model, inputs, checks, atol, rtol,
-               cold: bool = False) -> ContenderResult:
+    def _progress(self, done: "ContenderResult | None" = None) -> None:
+        """After each route: a line saying what it measured and when, and the checkpoint of
+        the workload measured so far."""
+        if done is not None:
+            at = time.perf_counter() - getattr(self, "_t0", time.perf_counter())
+            ms = f"{done.timing.median_ms:.3f} ms" if done.timing else "not timed"
+            extra = f", compile {done.compile_s:.0f} s" if done.compile_s else ""
+            why = f" ({done.reason[:120]})" if done.status != "ok" and done.reason else ""
+            self.log(f"    [{at:5.0f} s] {done.name}: {ms}, {done.status}{extra}{why}")
+        partial, emit = getattr(self, "_partial", None), getattr(self, "_on_partial", None)
+        if partial is not None and emit is not None:
+            emit(partial)
+
+    def _route_once(self, route: routes.Route, model, inputs, checks, atol, rtol,
+                    cold: bool = False) -> ContenderResult:
         """Build, check and time one route (kforge.bench.routes). A route outside the policy's
         tolerance is timed but is "mismatch": it is not a route that gives the user's result."""
         import torch
@@ -358,6 +381,17 @@ class Runner:
                           f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g})")
         return out
 
+    def _route(self, route, model, inputs, checks, atol, rtol, cold: bool = False,
+               into: list | None = None):
+        """One route's result, appended to `into` (the workload's result being built), then
+        logged and checkpointed."""
+        out = self._route_once(route, model, inputs, checks, atol, rtol, cold)
+        if into is not None:
+            into.append(out)
+        if out.status != "skipped":
+            self._progress(out)
+        return out
+
     def _matched(self, pr: PolicyResult, model, inputs, checks, res: WorkloadResult) -> None:
         """The policy's matched routes and the headline: the speedup over the faster correct
         one. strict's routes are the fp32 baselines (measured once, listed again here)."""
@@ -366,8 +400,9 @@ class Runner:
         if pr.precision == "strict":
             pr.routes = [copy.deepcopy(b) for b in res.baselines]
         elif self.config.baseline_precision == "matched":
-            pr.routes = [self._route(r, model, inputs, checks, pr.atol, pr.rtol)
-                         for r in routes.matched_routes(pr.precision)]
+            pr.routes = []
+            for r in routes.matched_routes(pr.precision):
+                self._route(r, model, inputs, checks, pr.atol, pr.rtol, into=pr.routes)
             self._cleanup()
         best = routes.headline(pr.routes)
         if best is None and pr.routes and any(r.status == "mismatch" for r in pr.routes):
