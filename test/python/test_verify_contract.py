@@ -151,3 +151,24 @@ def test_chunked_comparison_equals_one_pass(monkeypatch, spec):
     assert whole.message == chunked.message and "(37)" in whole.message
     assert "1 of them NaN" in whole.message
     assert (whole.max_abs, whole.max_rel) == (chunked.max_abs, chunked.max_rel)
+
+
+def test_strict_rule_never_demands_more_than_twice_fp32s_own_error():
+    """Where PyTorch's own fp32 computation of a region is farther from float64 than strict's
+    1e-4 (gpt-oss's RoPE projections: 1.2x outside on the verifier's inputs), the rule's
+    tolerance is at least the contract's bound, 2 x fp32's error; an element beyond that bound
+    still fails, and where fp32 is well inside 1e-4 the rule is unchanged."""
+    sig = signature_of(gemm_rowsum_spec(m=64))
+    ref = torch.linspace(-0.5, 0.5, 64, dtype=torch.float64)
+    out = ref.float().clone()
+    out[9] += 1.6e-4                              # outside 1e-4 + 1e-4 * |ref|
+    assert not compare_outputs([out], [ref], sig, 8, 1e-4, 1e-4).ok
+    # fp32 itself 1.2e-4 off somewhere: 1.6e-4 is within 2 x 1.2e-4, rule and contract pass
+    assert compare_outputs([out], [ref], sig, 8, 1e-4, 1e-4, fp32_errors=[1.2e-4]).ok
+    # fp32 inside the rule (2 x E32 below the tolerance): the rule decides, as before
+    fails = compare_outputs([out], [ref], sig, 8, 1e-4, 1e-4, fp32_errors=[4e-5])
+    assert not fails.ok and "outside atol" in fails.message and "twice" not in fails.message
+    # beyond twice fp32's error: outside the widened rule, which says so
+    out[9] += 1e-4
+    worse = compare_outputs([out], [ref], sig, 8, 1e-4, 1e-4, fp32_errors=[1.2e-4])
+    assert not worse.ok and "twice PyTorch's own fp32 error" in worse.message

@@ -385,11 +385,16 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
             continue
         where = device if device is not None else ref.device
         alt = alternatives[k] if alternatives and k < len(alternatives) else None
-        cmp = _compare_float(out, ref, alt, atol, rtol, where, want_shape, label)
+        e32 = fp32_errors[k] if fp32_errors and k < len(fp32_errors) else None
+        # strict: where PyTorch's own fp32 computation of the region is itself farther from
+        # float64 than the policy's rule allows (measured: gpt-oss's RoPE projections, whose
+        # fp32 result is 1.2x outside 1e-4 on our inputs), no fp32 computation can meet the
+        # rule; there the contract's bound (FACTOR x fp32's error) is the tolerance
+        floor = contract.FACTOR * e32 if e32 is not None and math.isfinite(e32) else None
+        cmp = _compare_float(out, ref, alt, atol, rtol, where, want_shape, label, floor)
         max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
         if not cmp.ok:
             return _Comparison(False, cmp.message, max_abs, max_rel)
-        e32 = fp32_errors[k] if fp32_errors and k < len(fp32_errors) else None
         if e32 is not None:
             c = contract.check(out, ref, e32, dtype=want_dtype, device=where)
             if c.ratio is not None:
@@ -409,10 +414,12 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
     return _Comparison(True, "", max_abs, max_rel, ratio)
 
 
-def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Comparison:
+def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
+                   floor: float | None = None) -> _Comparison:
     """The policy's rule for one float result, chunk by chunk: a pass for the RMS, a pass over
     every element accumulating on the device (two synchronizations in all, whatever the size),
-    and, only for a result that fails, a pass that finds where."""
+    and, only for a result that fails, a pass that finds where. `floor` (strict: twice
+    PyTorch's own fp32 error on these inputs) is the least tolerance of every element."""
     # pass 1: RMS of the reference where it is finite
     total = count = None
     for _, r in contract.chunks(ref, device=device):
@@ -429,6 +436,8 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Com
         finite = torch.isfinite(r)
         err = (o - r).abs()
         tol = threshold + rtol * r.abs()
+        if floor is not None and floor > threshold:
+            tol = tol.clamp_min(floor)
         if rest:                       # a float result's alternative (ints are compared above)
             a = rest[0]
             err_alt, tol_alt = (o - a).abs(), threshold + rtol * a.abs()
@@ -477,6 +486,8 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label) -> _Com
     numel = math.prod(want_shape)
     msg = (f"{label} {list(want_shape)}: {n_bad} of {numel} elements outside "
            f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
+           + (f" (at least {floor:.3g}: twice PyTorch's own fp32 error here)"
+              if floor is not None and floor > threshold else "")
            + (" of the exact result and of the policy's own arithmetic" if alt is not None else ""))
     if n_nan:
         msg += f" ({n_nan} of them NaN: never written, or NaN computed)"
