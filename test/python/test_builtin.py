@@ -741,3 +741,20 @@ def test_tf32_policy_takes_fp16x3_first_when_b_is_n_major_in_memory():
     assert first(x_at_w, "cuda") == "fp16x3"
     assert first(linear, "cuda") == "tf32"
     assert first(x_at_w, "cpu") != "fp16x3"
+
+
+@pytest.mark.parametrize("name", ["matmul_bias_relu", "attention", "layer_norm"])
+def test_tensors_of_2_31_elements_are_addressed_in_int64(name, tmp_path, monkeypatch):
+    """A region with a tensor of 2**31 elements or more (gpt-oss's prefill logits, 16384 x
+    201088: an illegal address on the H200 with int32 offsets) computes every address in
+    int64. Here the threshold is lowered so that a small region takes that path, and its
+    kernel is run on the interpreter against the reference."""
+    from kforge.providers.builtin import emitter
+    s = spec(name)
+    narrow = candidates(s, "cpu", "strict")[0].source
+    assert ".to(tl.int64)" not in narrow.split("def launch")[0].replace(
+        "pid.to(tl.int64)", "")
+    monkeypatch.setattr(emitter, "WIDE_OFFSETS", 16)
+    cand = candidates(s, "cpu", "strict")[0]
+    assert cand.source != narrow and ".to(tl.int64)" in cand.source
+    check(cand, s, "strict", tmp_path, seeds=(0,))

@@ -22,6 +22,9 @@ from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, Const
                          GenericOp, KernelSpec, PadOp, ReshapeOp)
 
 
+# a tensor of this many elements or more is addressed in int64 (Emitter.wide_offsets)
+WIDE_OFFSETS = 2 ** 31
+
 class CannotGenerate(Exception):
     """The builtin generator does not handle this region (the loop then runs the reference)."""
 
@@ -179,6 +182,7 @@ class Emitter:
                  pointers: dict[str, str], columns: ColumnSpace | None = None):
         self.spec = spec
         self.target = target
+        self._wide: bool | None = None
         self.kvars = kvars
         self.pointers = pointers            # tensor name -> kernel pointer parameter
         self.columns = columns
@@ -229,13 +233,23 @@ class Emitter:
                     tile[axis] = size
         return f"[{', '.join(tile)}]"
 
+    @property
+    def wide_offsets(self) -> bool:
+        """Does a tensor of the region hold 2**31 elements or more (gpt-oss's logits for a
+        prefill, 16384 x 201088)? Its offsets then overflow int32 (an illegal address on the
+        GPU, measured): every address of the kernel is computed in int64."""
+        if self._wide is None:
+            self._wide = any(math.prod(t.shape) >= WIDE_OFFSETS
+                             for t in (*self.spec.args, *self.spec.values))
+        return self._wide
+
     def address(self, ptr: str, offset: ix.Index, over) -> str:
         """`ptr + offset` as a block over the kernel variables `over` (those of the offset, the
         mask and, for a store, the value). Triton takes a load's mask and a store's value in
         the pointer's shape (3.3 refuses to broadcast them to it, 3.9 checks it), so an offset
         that does not vary along one of their axes (the column of an N = 1 product, a padded
         read of a 1x1 image) is broadcast explicitly."""
-        addr = f"{ptr} + {ix.render(offset)}" if offset != ix.ZERO else ptr
+        addr = f"{ptr} + {ix.render(offset, self.wide_offsets)}" if offset != ix.ZERO else ptr
         tile = self.tile_of(over)
         if tile is not None and tile != self.tile_of(ix.variables(offset)):
             addr = f"tl.broadcast_to({addr}, {tile})"

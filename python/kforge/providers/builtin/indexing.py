@@ -309,21 +309,22 @@ def variables(e: Index) -> frozenset[str]:
     return frozenset()
 
 
-def render(e: Index) -> str:
-    """Triton source for an index expression."""
+def render(e: Index, wide: bool = False) -> str:
+    """Triton source for an index expression; `wide`: every variable widened to int64 first
+    (an offset into a tensor of 2**31 elements or more, which int32 arithmetic overflows)."""
     if isinstance(e, IVar):
-        return e.name
+        return f"{e.name}.to(tl.int64)" if wide else e.name
     if isinstance(e, IConst):
         return str(e.value)
     if isinstance(e, IUnravel):
         stride = math.prod(e.shape[e.k + 1:])
-        code = render(e.flat)
+        code = render(e.flat, wide)
         if stride != 1:
             code = f"({code} // {stride})"
         if e.k != 0:
             code = f"({code} % {e.shape[e.k]})"
         return code
     if isinstance(e, IClamp):
-        return f"tl.minimum(tl.maximum({render(e.e)}, {e.lo}), {e.hi})"
+        return f"tl.minimum(tl.maximum({render(e.e, wide)}, {e.lo}), {e.hi})"
     sym = {"add": "+", "mul": "*", "floordiv": "//", "mod": "%"}[e.op]
-    return f"({render(e.lhs)} {sym} {render(e.rhs)})"
+    return f"({render(e.lhs, wide)} {sym} {render(e.rhs, wide)})"
