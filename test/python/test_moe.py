@@ -3,6 +3,8 @@ per-token formula, its grouped-GEMM Triton kernels (kforge.kernels.moe) on the i
 against it, and the op through export, torch-mlir and the builtin provider."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -93,23 +95,8 @@ def test_moe_op_becomes_a_region_with_a_verified_builtin_kernel(tmp_path, kforge
     from kforge.runtime import load_package
     from kforge.synth import SynthOptions
 
-    class Experts(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            _, _, _, w1, b1, w2, b2 = _problem(seed=3, tokens=16, experts=6)
-            self.router = torch.nn.Linear(32, 6)
-            self.w1, self.b1 = torch.nn.Parameter(w1), torch.nn.Parameter(b1)
-            self.w2, self.b2 = torch.nn.Parameter(w2), torch.nn.Parameter(b2)
-
-        def forward(self, x):
-            scores = self.router(x)
-            top, index = torch.topk(scores, 2, dim=-1)
-            weight = torch.softmax(top, dim=-1)
-            return torch.ops.kforge.moe_experts(x, index, weight, self.w1, self.b1, self.w2,
-                                                self.b2, "gpt_oss", 1.702, 7.0)
-
     torch.manual_seed(0)
-    model = Experts().eval()
+    model = _Experts().eval()
     x = torch.randn(16, 32)
     doc = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", rounds=0),
                         example_inputs=(x,))
@@ -119,6 +106,66 @@ def test_moe_op_becomes_a_region_with_a_verified_builtin_kernel(tmp_path, kforge
     assert moe[0]["hash"] in compiled.kernels
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+class _Experts(torch.nn.Module):
+    """A router and 6 experts top-2 (gpt-oss's gating) through the op."""
+
+    def __init__(self):
+        super().__init__()
+        _, _, _, w1, b1, w2, b2 = _problem(seed=3, tokens=16, experts=6)
+        self.router = torch.nn.Linear(32, 6)
+        self.w1, self.b1 = torch.nn.Parameter(w1), torch.nn.Parameter(b1)
+        self.w2, self.b2 = torch.nn.Parameter(w2), torch.nn.Parameter(b2)
+
+    def forward(self, x):
+        scores = self.router(x)
+        top, index = torch.topk(scores, 2, dim=-1)
+        weight = torch.softmax(top, dim=-1)
+        return torch.ops.kforge.moe_experts(x, index, weight, self.w1, self.b1, self.w2,
+                                            self.b2, "gpt_oss", 1.702, 7.0)
+
+
+def test_moe_kernels_are_screened_for_an_absent_hopper(tmp_path, kforge_opt):
+    """For an absent H100/H200 the builtin compiles an op region's kernels for sm_90 before
+    proposing them, as it does a GEMM's, and passes over configurations that spill: the first
+    strict configuration's up projection spills (gpt-oss's prefill MoE kernel, which took it,
+    ran at about 10x its floor on the H200). 240 tokens top-2 over 6 experts: 80 rows an
+    expert, so the prefill tiles come first. In its own process: this one runs the Triton
+    interpreter, whose patches of triton.language break a real compile."""
+    import json
+    import subprocess
+    import sys
+
+    from kforge.build import compile_model
+    from kforge.synth import SynthOptions
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    if torch.cuda.is_available():
+        pytest.skip("screens only where the GPU is absent")
+    torch.manual_seed(0)
+    pkg = tmp_path / "pkg"
+    doc = compile_model(_Experts().eval(), pkg, SynthOptions(target="cpu", rounds=0),
+                        example_inputs=(torch.randn(240, 32),))
+    h, = [r["hash"] for r in doc["regions"] if r.get("root_kind") == "moe"]
+    code = (
+        "import json, sys\n"
+        "from kforge.package import open_package\n"
+        "from kforge.providers.base import GenerationRequest\n"
+        "from kforge.providers.builtin import BuiltinProvider\n"
+        "from kforge.targets import get_target\n"
+        "spec = open_package(sys.argv[1]).specs[sys.argv[2]]\n"
+        "req = GenerationRequest(spec, '', '', 'strict', get_target('cuda'), 'functional', 0)\n"
+        "c, = BuiltinProvider().generate(req)\n"
+        "print(json.dumps({'notes': c.notes, 'config': c.config}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code, str(pkg), h], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "cuda:sm_90 compile" in got["notes"] and "spills 0 bytes" in got["notes"], got
+    assert "config 0 of" not in got["notes"]                 # the first one spills
+    assert got["config"] != {"block_m": 64, "block_n": 128, "block_k": 32, "num_warps": 8,
+                             "num_stages": 3, "dot_precision": "ieee", "fp32_dot": "tf32x3"}
 
 
 def test_regions_upstream_of_a_router_compile_strict_under_bf16(tmp_path, kforge_opt):

@@ -113,14 +113,16 @@ def _screen_here(target) -> bool:
 
 
 def _screened(spec, target, precision: str, eligible: list[dict], want: int,
-              shape: RegionShape) -> list[Candidate]:
+              shape: RegionShape | None) -> list[Candidate]:
     """Where the GPU is absent nothing can be timed, but everything can be compiled for it
     (Target.cross_compile): propose, in the usual order, configurations whose kernels compile
-    for the target's architecture without register spills (where the compiler reports them);
+    for the target's architecture without register spills (where the compiler reports them;
+    op regions too: gpt-oss's prefill MoE kernel took its first configuration, whose up
+    projection spills, and ran at about 10x its floor on the H200);
     after XCOMPILE_TRIES without one, the first in order. The screen's finding goes into the
     candidate's notes."""
     from kforge.crosscompile import candidate_job
-    if shape.kind == "gemm" and precision in ("bf16", "tf32"):
+    if shape is not None and shape.kind == "gemm" and precision in ("bf16", "tf32"):
         # the more accurate schemes are for a rejected kernel, not for a spill
         schemes = gemm_input_precisions(spec, target, precision, shape)
         accurate = [c for c in eligible
@@ -228,7 +230,7 @@ class BuiltinProvider(Provider):
             if cid in tried:
                 continue
             eligible.append(config)
-        if _screen_here(target) and shape is not None:
+        if _screen_here(target):
             return _screened(spec, target, request.precision, eligible, request.num_candidates,
                              shape)
         return candidates(spec, target, request.precision, eligible[:request.num_candidates])
