@@ -177,6 +177,9 @@ class Runner:
         self.target = get_target(config.target)
         self.device = self.target.device          # the torch device the workloads run on
         self._current: str | None = None
+        self._partial: "WorkloadResult | None" = None   # the workload being measured
+        self._on_partial = None                          # its checkpoint (run's on_result)
+        self._t0 = time.perf_counter()                   # when its routes started
 
     def run(self, workloads: list[Workload], on_result=None) -> list[WorkloadResult]:
         """Run each workload; `on_result(results so far)` is called after every one, and after
@@ -305,7 +308,7 @@ class Runner:
         # Baselines: the model as written, fp32 with TF32 off: strict's matched routes.
         atol, rtol = backends.TOLERANCE["strict"]
         for r in routes.matched_routes("strict"):
-            self._route(r, model, inputs, checks, atol, rtol, cold=True, into=res.baselines)
+            self._route(r, model, inputs, checks, atol, rtol, res.baselines, cold=True)
         best = _fastest(res.baselines)
         if best:
             res.best_baseline, res.best_baseline_ms = best.name, best.timing.median_ms
@@ -328,14 +331,13 @@ class Runner:
         """After each route: a line saying what it measured and when, and the checkpoint of
         the workload measured so far."""
         if done is not None:
-            at = time.perf_counter() - getattr(self, "_t0", time.perf_counter())
+            at = time.perf_counter() - self._t0
             ms = f"{done.timing.median_ms:.3f} ms" if done.timing else "not timed"
             extra = f", compile {done.compile_s:.0f} s" if done.compile_s else ""
             why = f" ({done.reason[:120]})" if done.status != "ok" and done.reason else ""
             self.log(f"    [{at:5.0f} s] {done.name}: {ms}, {done.status}{extra}{why}")
-        partial, emit = getattr(self, "_partial", None), getattr(self, "_on_partial", None)
-        if partial is not None and emit is not None:
-            emit(partial)
+        if self._partial is not None and self._on_partial is not None:
+            self._on_partial(self._partial)
 
     def _route_once(self, route: routes.Route, model, inputs, checks, atol, rtol,
                     cold: bool = False) -> ContenderResult:
@@ -381,16 +383,14 @@ class Runner:
                           f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g})")
         return out
 
-    def _route(self, route, model, inputs, checks, atol, rtol, cold: bool = False,
-               into: list | None = None):
+    def _route(self, route, model, inputs, checks, atol, rtol, into: list,
+               cold: bool = False) -> None:
         """One route's result, appended to `into` (the workload's result being built), then
         logged and checkpointed."""
         out = self._route_once(route, model, inputs, checks, atol, rtol, cold)
-        if into is not None:
-            into.append(out)
+        into.append(out)
         if out.status != "skipped":
             self._progress(out)
-        return out
 
     def _matched(self, pr: PolicyResult, model, inputs, checks, res: WorkloadResult) -> None:
         """The policy's matched routes and the headline: the speedup over the faster correct
@@ -402,7 +402,7 @@ class Runner:
         elif self.config.baseline_precision == "matched":
             pr.routes = []
             for r in routes.matched_routes(pr.precision):
-                self._route(r, model, inputs, checks, pr.atol, pr.rtol, into=pr.routes)
+                self._route(r, model, inputs, checks, pr.atol, pr.rtol, pr.routes)
             self._cleanup()
         best = routes.headline(pr.routes)
         if best is None and pr.routes and any(r.status == "mismatch" for r in pr.routes):

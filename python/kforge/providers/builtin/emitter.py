@@ -25,6 +25,7 @@ from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, Const
 # a tensor of this many elements or more is addressed in int64 (Emitter.wide_offsets)
 WIDE_OFFSETS = 2 ** 31
 
+
 class CannotGenerate(Exception):
     """The builtin generator does not handle this region (the loop then runs the reference)."""
 
@@ -182,7 +183,11 @@ class Emitter:
                  pointers: dict[str, str], columns: ColumnSpace | None = None):
         self.spec = spec
         self.target = target
-        self._wide: bool | None = None
+        # a tensor of the region holds WIDE_OFFSETS elements or more (gpt-oss's prefill
+        # logits, 16384 x 201088): int32 offsets overflow there (an illegal address on the GPU,
+        # measured), so every address of the kernel is computed in int64
+        self.wide_offsets = any(math.prod(t.shape) >= WIDE_OFFSETS
+                                for t in (*spec.args, *spec.values))
         self.kvars = kvars
         self.pointers = pointers            # tensor name -> kernel pointer parameter
         self.columns = columns
@@ -232,16 +237,6 @@ class Emitter:
                 if size != "1":
                     tile[axis] = size
         return f"[{', '.join(tile)}]"
-
-    @property
-    def wide_offsets(self) -> bool:
-        """Does a tensor of the region hold 2**31 elements or more (gpt-oss's logits for a
-        prefill, 16384 x 201088)? Its offsets then overflow int32 (an illegal address on the
-        GPU, measured): every address of the kernel is computed in int64."""
-        if self._wide is None:
-            self._wide = any(math.prod(t.shape) >= WIDE_OFFSETS
-                             for t in (*self.spec.args, *self.spec.values))
-        return self._wide
 
     def address(self, ptr: str, offset: ix.Index, over) -> str:
         """`ptr + offset` as a block over the kernel variables `over` (those of the offset, the
