@@ -650,15 +650,17 @@ def test_bf16_offers_fp16x1_second_and_fp32_operands_last(monkeypatch):
     """Under bf16, after the first bf16-operand configuration: fp16x1 (scaled fp16 operands,
     one product: the bf16 rate, 8x finer rounding), which the loop's next round takes when the
     bf16 kernel misses the verifier's margin; fp32 operands (tf32 tiles; ieee in the
-    interpreter) last. On a GPU a decode-shaped GEMM (<= 128 rows) takes fp16x1 first: it
-    reads as many weight bytes as bf16."""
+    interpreter) last. On a GPU a GEMM whose activation pass costs no more than its product
+    (and every decode-shaped one, <= 128 rows) takes fp16x1 first: the same tensor-core rate,
+    8x finer rounding; bf16 operands missed the policy at the output of four Llama layers."""
     from kforge.providers.builtin import kernels as builtin_kernels
     s = spec("matmul_bias_relu")                   # 8 rows
     space = config_space(s, "cuda", "bf16")
     assert space[0]["input_precision"] == "fp16x1"
     assert space[1]["input_precision"] == "tf32"   # the accurate fallback, then the rest
     assert any(c.get("input_precision") is None for c in space)
-    monkeypatch.setattr(builtin_kernels, "decode_shaped", lambda stage: False)  # many rows
+    monkeypatch.setattr(builtin_kernels, "fp16x1_first",
+                        lambda spec, target, stage: False)     # the pass would cost more
     for target, scheme in (("cuda", "tf32"), ("cpu", "ieee")):
         space = config_space(s, target, "bf16")
         assert space[0].get("input_precision") is None
@@ -758,3 +760,20 @@ def test_tensors_of_2_31_elements_are_addressed_in_int64(name, tmp_path, monkeyp
     cand = candidates(s, "cpu", "strict")[0]
     assert cand.source != narrow and ".to(tl.int64)" in cand.source
     check(cand, s, "strict", tmp_path, seeds=(0,))
+
+
+@pytest.mark.parametrize("m, n, k, first", [
+    (16384, 1024, 4096, True),    # Llama-3-8B prefill's K / V projection (8 x 2048 tokens)
+    (16384, 14336, 4096, True),   # its MLP up-projection
+    (64, 128, 4096, True),        # a decode step: bound by the weights, fp16x1 reads as many
+    (16 * 34 * 34, 64, 144, False),   # a small convolution's implicit GEMM: A is the cost
+    (16384, 256, 4096, False),    # a narrow N: the pass outweighs the product
+])
+def test_fp16x1_first_where_its_pass_costs_no_more_than_the_product(m, n, k, first):
+    """bf16 on the H200: fp16x1 first wherever its activation pass (10 bytes an element of A
+    at the measured bandwidth) takes no longer than the product at the bf16 rate."""
+    from kforge.providers.builtin import kernels as builtin_kernels
+    con = builtin_kernels.Contraction(op=None, a=0, b=1, batch=[], m=[0], n=[1], k=[2],
+                                      sizes=[m, n, k])
+    stage = dataclasses.replace(analyze_region(spec("matmul_bias_relu")), contraction=con)
+    assert builtin_kernels.fp16x1_first(None, get_target("cuda"), stage) is first

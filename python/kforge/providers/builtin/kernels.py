@@ -447,11 +447,7 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
         # (the interpreter: ieee)
         fallbacks = (FP16X1,) + tuple(p for p in target.dot_input_precisions("tf32")
                                       if p not in schemes)[:1]
-        if not target.interpreter and decode_shaped(stage):
-            # few rows: the weights' bytes are the time, and fp16x1 reads as many (2 a
-            # weight) as bf16 does; its 8x finer rounding keeps a decode step of four
-            # Llama-3-8B layers within the policy, which bf16 operands did not (max abs 0.051
-            # on the logits against 1e-2, H200, 2026-12-02)
+        if not target.interpreter and fp16x1_first(spec, target, stage):
             return fallbacks[:1] + schemes + fallbacks[1:]
         return schemes + fallbacks
     if precision == "tf32" and not target.interpreter and fp16x3_eligible(spec, stage) \
@@ -473,6 +469,27 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
     if fp16x3_pass_pays(spec, target, stage):
         return (FP16X3,) + schemes
     return schemes[:1] + (FP16X3,) + schemes[1:]
+
+
+def fp16x1_first(spec: KernelSpec, target, stage: RegionShape) -> bool:
+    """Whether a GPU kernel under bf16 tries fp16x1 before bf16 operands: wherever its
+    activation pass (A read twice in fp32, one fp16 plane written: 10 bytes an element) costs
+    no more than the product itself at the bf16 rate. Both run on the same 16-bit tensor cores,
+    and fp16x1 rounds 8x finer. bf16 operands spend most of the policy's 1e-2 in one product,
+    so a model of several layers of them misses it at its output although every region passes
+    its own check (H200, 2026-12-02, four Llama-3-8B layers: decode max abs 0.051 on the
+    logits against about 1e-2; prefill 0.018, 1.8x the allowance); fp16x1 products kept
+    decode within it (emulated: 0.71 of the allowance; measured: correct).
+    A decode step's GEMM (few rows) is bound by reading its weights, and fp16x1 reads as many
+    (2 bytes a weight) as bf16. Small GEMMs whose A is large against the product (a
+    convolution's implicit GEMM, a narrow N) keep bf16 operands first and fp16x1 second."""
+    if decode_shaped(stage):
+        return True
+    c = stage.contraction
+    batch, M, N, K = c.extent(c.batch), c.extent(c.m), c.extent(c.n), c.extent(c.k)
+    pass_s = 10 * batch * M * K / target.peaks.bytes_per_s
+    product_s = 2 * batch * M * N * K / target.peaks.bf16
+    return pass_s <= product_s
 
 
 def decode_shaped(stage: RegionShape, rows: int = 128) -> bool:
