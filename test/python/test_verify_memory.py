@@ -284,3 +284,45 @@ def test_sdpa_reference_runs_a_sequence_at_a_time_when_large(monkeypatch):
     sliced = reference._batch_sliced(name, template, [q, k, v, mask], "cpu")
     assert sliced is not None and len(sliced) == len(whole)
     torch.testing.assert_close(sliced[0], whole[0], rtol=0, atol=1e-14)
+
+
+def _count_references(monkeypatch):
+    real = verifier._reference_outputs
+    calls = {"n": 0}
+
+    def counted(ref, args, device):
+        calls["n"] += 1
+        return real(ref, args, device)
+
+    monkeypatch.setattr(verifier, "_reference_outputs", counted)
+    return calls
+
+
+@pytest.mark.parametrize("precision", ["strict", "bf16"])
+def test_references_over_the_host_budget_are_recomputed_when_compared(monkeypatch, matmul_bias,
+                                                                      precision):
+    """References that would not fit the host budget are not kept: each check's is computed
+    again from its seed when compared, and the candidate is judged exactly as before."""
+    spec, source = matmul_bias
+    kept = verify_candidate(spec, source, "cpu", precision)
+    calls = _count_references(monkeypatch)
+    monkeypatch.setenv("KFORGE_VERIFY_HOST_REF_BYTES", "1")
+    lazy = verify_candidate(spec, source, "cpu", precision)
+    assert lazy.status == kept.status == "verified", lazy.message
+    assert lazy.max_abs_err == kept.max_abs_err and lazy.max_rel_err == kept.max_rel_err
+    checks = [c for c in verifier._build_checks(
+        verifier.signature_of(spec), lambda *a: (a[0] @ a[1] + a[2],), "cpu", (1, 2), (8, 11))]
+    assert all(c.recompute is not None and c.reference == () for c in checks)
+    monkeypatch.delenv("KFORGE_VERIFY_HOST_REF_BYTES")
+    assert all(c.recompute is None for c in verifier._build_checks(
+        verifier.signature_of(spec), lambda *a: (a[0] @ a[1] + a[2],), "cpu", (1, 2), (8, 11)))
+    # the references were computed more than once per check: at build and at compare
+    assert calls["n"] > 2 * lazy.checks
+
+
+def test_a_wrong_kernel_is_rejected_with_recomputed_references(monkeypatch, matmul_bias):
+    spec, source = matmul_bias
+    wrong = source.replace("acc += bias[None, :]", "acc += bias[None, :] * 1.01")
+    monkeypatch.setenv("KFORGE_VERIFY_HOST_REF_BYTES", "1")
+    record = verify_candidate(spec, wrong, "cpu", "strict")
+    assert record.status == "rejected" and record.reason == "mismatch", record.message

@@ -221,6 +221,39 @@ class _Check:
     # strict: per result, PyTorch's own fp32 error against the reference on these inputs (the
     # bound of kforge.verify.contract; None for results it does not apply to); () elsewhere
     fp32_errors: tuple = ()
+    # a check whose references would not fit the host budget (host_reference_budget) keeps
+    # none: this recomputes (reference, alternative) from its seed when it is compared
+    recompute: Callable | None = field(default=None, compare=False, repr=False)
+
+    def references(self) -> tuple[tuple, tuple]:
+        if self.recompute is not None:
+            return self.recompute()
+        return self.reference, self.alternative
+
+
+# The float64 references of every check are kept in host memory unless together they exceed
+# this share of the memory available when verification starts: then each check's reference is
+# recomputed (from its seed, deterministically) when the candidate's outputs are compared.
+# Measured on the H200 host (128 GiB, 2026-12-02): three checks of gpt-oss-20b's prefill LM
+# head ([16384, 201088] float64 logits, 26 GB each) and the worker's outputs killed the process.
+HOST_REFERENCE_SHARE = 0.25
+
+
+def host_reference_budget() -> int:
+    """Bytes of float64 references verification may keep in host memory: the environment's
+    KFORGE_VERIFY_HOST_REF_BYTES, else HOST_REFERENCE_SHARE of the memory available now."""
+    env = os.environ.get("KFORGE_VERIFY_HOST_REF_BYTES")
+    if env:
+        return int(float(env))
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+    return int(HOST_REFERENCE_SHARE * avail)
+
+
+def _nbytes(outs) -> int:
+    return sum(o.numel() * o.element_size() for o in outs)
 
 
 # A reduced-precision policy (tf32, bf16) promises atol = rtol = 1e-2 against the exact result.
@@ -286,7 +319,8 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
     if sig.is_dynamic:
         plan += [(100 + s, sizes[1]) for s in seeds[:2]]
     checks = []
-    for seed, size in plan:
+    budget, kept, lazy = host_reference_budget(), 0, False
+    for i, (seed, size) in enumerate(plan):
         domain = "mixed"
         inputs = make_inputs(sig, seed, size, domain, device=device)
         outs = _reference_outputs(ref, inputs, device)
@@ -312,10 +346,37 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             e32 = tuple(contract.fp32_error(o32, r) if r.is_floating_point() and
                         o32.is_floating_point() else None for o32, r in zip(outs32, outs))
             del outs32
-        checks.append(_Check(seed, size, domain, _to_host(outs, device), alt, tol_scale, e32))
-        del outs
+        # if what is kept and this check's references for every check left would exceed the
+        # budget, from here on none is kept: each is recomputed when compared
+        lazy = lazy or kept + (len(plan) - i) * (_nbytes(outs) + _nbytes(alt)) > budget
+        if lazy:
+            del outs, alt
+            checks.append(_Check(seed, size, domain, (), (), tol_scale, e32,
+                                 recompute=_recompute(sig, ref, policy_ref, seed, size, domain,
+                                                      device)))
+        else:
+            kept += _nbytes(outs) + _nbytes(alt)
+            checks.append(_Check(seed, size, domain, _to_host(outs, device), alt, tol_scale,
+                                 e32))
+            del outs
         _release(device)
     return checks
+
+
+def _recompute(sig: Signature, ref: Callable, policy_ref: Callable | None, seed: int,
+               size: int, domain: str, device: str) -> Callable[[], tuple[tuple, tuple]]:
+    """(reference, alternative) of one check, computed again from its seed and domain: the
+    inputs are the same tensors (make_inputs is deterministic), so the references are too."""
+    def again() -> tuple[tuple, tuple]:
+        inputs = make_inputs(sig, seed, size, domain, device=device)
+        outs = _to_host(_reference_outputs(ref, inputs, device), device)
+        alt = ()
+        if policy_ref is not None and seed_scale(seed) > 1:
+            alt = _to_host(_reference_outputs(policy_ref, inputs, device), device)
+        del inputs
+        _release(device)
+        return outs, alt
+    return again
 
 
 @dataclass
@@ -339,8 +400,9 @@ def _compare_check(outs: Sequence[torch.Tensor], c: _Check, sig: Signature,
                    policy: PrecisionPolicy, device: str = "cpu") -> _Comparison:
     """A candidate's outputs for check `c`, at the share of the policy's tolerance the check
     allows, with its policy-arithmetic alternative where it has one."""
-    return compare_outputs(outs, c.reference, sig, c.size, policy.atol * c.tol_scale,
-                           policy.rtol * c.tol_scale, c.alternative, c.fp32_errors,
+    reference, alternative = c.references()
+    return compare_outputs(outs, reference, sig, c.size, policy.atol * c.tol_scale,
+                           policy.rtol * c.tol_scale, alternative, c.fp32_errors,
                            device=device)
 
 
