@@ -326,3 +326,36 @@ def test_a_wrong_kernel_is_rejected_with_recomputed_references(monkeypatch, matm
     monkeypatch.setenv("KFORGE_VERIFY_HOST_REF_BYTES", "1")
     record = verify_candidate(spec, wrong, "cpu", "strict")
     assert record.status == "rejected" and record.reason == "mismatch", record.message
+
+
+def test_streamed_outputs_are_compared_as_the_worker_goes(monkeypatch, matmul_bias):
+    """Over STREAM_OUTPUT_BYTES a check, the worker waits after each check until the parent has
+    compared its outputs and deleted them: at most one check's outputs lie on the host."""
+    spec, source = matmul_bias
+    monkeypatch.setattr(verifier, "STREAM_OUTPUT_BYTES", 0)
+    real = verifier._compare_check
+    seen = []
+
+    def compare(outs, c, sig, policy, device="cpu"):
+        seen.append(sorted(p.name for p in Path(tempfile_dirs[-1]).glob("outputs_*.pt")))
+        return real(outs, c, sig, policy, device)
+
+    tempfile_dirs = []
+    real_mkdtemp = verifier.tempfile.mkdtemp
+
+    def mkdtemp(**kw):
+        tempfile_dirs.append(real_mkdtemp(**kw))
+        return tempfile_dirs[-1]
+
+    monkeypatch.setattr(verifier.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(verifier, "_compare_check", compare)
+    record = verify_candidate(spec, source, "cpu", "strict", measure=True)
+    assert record.status == "verified", record.message
+    assert record.stage_s.get("worker_wait") is not None
+    # every check's comparison saw its own outputs only (the timed run's is compared last)
+    assert [len(s) for s in seen[:record.checks]] == [1] * record.checks
+    assert seen[:record.checks] == [[f"outputs_{i}.pt"] for i in range(record.checks)]
+
+    wrong = source.replace("acc += bias[None, :]", "acc += bias[None, :] * 1.01")
+    record = verify_candidate(spec, wrong, "cpu", "strict")
+    assert record.status == "rejected" and record.reason == "mismatch", record.message

@@ -275,7 +275,12 @@ def main() -> int:
         if not isinstance(outs, (tuple, list)) or \
                 not all(isinstance(o, torch.Tensor) for o in outs):
             raise TypeError(f"launch must return a tuple of tensors, got {type(outs).__name__}")
-        torch.save([o.detach().to("cpu").clone() for o in outs], os.path.join(JOB, name))
+        # one copy on the host (to("cpu") alone would keep a CPU view's whole storage), written
+        # under a temporary name and renamed, so that a parent reading as the worker goes on
+        # (job["stream"]) never sees half a file
+        part = os.path.join(JOB, name + ".part")
+        torch.save([o.detach().to("cpu", copy=True) for o in outs], part)
+        os.replace(part, os.path.join(JOB, name))
         return [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", ""),
                  "device": str(o.device)} for o in outs]
 
@@ -303,6 +308,14 @@ def main() -> int:
             entry["torch_ops"] = list(_state["ops"])
             entry["outputs"] = save_outputs(f"outputs_{i}.pt", outs)
             t0 = spent("save", t0)
+            if job.get("stream"):
+                # large outputs: the parent compares this check's and deletes them before the
+                # next check runs, so that host memory and disk hold one check's at a time
+                del outs
+                outs = None
+                while os.path.exists(os.path.join(JOB, f"outputs_{i}.pt")):
+                    time.sleep(0.05)
+                t0 = spent("wait", t0)
             entry["inputs_modified"] = [
                 j for j, (a, b) in enumerate(zip(tensors, originals))
                 if a.shape != b.shape or not torch.equal(a if a.device == b.device

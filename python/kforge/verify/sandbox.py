@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -63,10 +64,21 @@ def worker_env(target_name: str) -> dict:
     return env
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_worker(job_dir: Path, target_name: str, timeout_s: float,
-               memory_mb: int | None) -> SandboxResult:
+               memory_mb: int | None,
+               while_waiting: Callable[[], None] | None = None) -> SandboxResult:
     """Runs kforge/verify/_worker.py on job_dir. `memory_mb` limits the address space; it is
-    applied on the cpu target only (GPU drivers reserve far more address space than they use)."""
+    applied on the cpu target only (GPU drivers reserve far more address space than they use).
+    `while_waiting` is called every quarter second while the worker runs (the verifier compares
+    streamed outputs there); if it raises, the worker is killed and the error propagates."""
     stderr_path = Path(job_dir) / "stderr.txt"
     start = time.monotonic()
     with open(stderr_path, "wb") as err:
@@ -75,15 +87,23 @@ def run_worker(job_dir: Path, target_name: str, timeout_s: float,
             stdin=subprocess.DEVNULL, env=worker_env(target_name), cwd=str(job_dir),
             preexec_fn=_limits(memory_mb if target_name == "cpu" else None))
         timed_out = False
+        deadline = start + timeout_s
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    proc.wait(timeout=max(0.0, min(left, 0.25) if while_waiting else left))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        _kill(proc)
+                        break
+                    if while_waiting is not None:
+                        while_waiting()
+        except BaseException:
+            _kill(proc)
+            raise
     elapsed = time.monotonic() - start
     tail = stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
     return SandboxResult(None if timed_out else proc.returncode, timed_out, elapsed, tail)

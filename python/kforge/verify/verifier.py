@@ -670,12 +670,30 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         job = {"device": device, "source_path": str(job_dir / "kernel.py"),
                "signature": sig.to_json(),
                "checks": [{"seed": c.seed, "size": c.size, "domain": c.domain} for c in checks],
-               "timing": {"reps": timing_reps} if measure else None}
+               "timing": {"reps": timing_reps} if measure else None,
+               "stream": _output_bytes(sig, checks) >= STREAM_OUTPUT_BYTES}
         (job_dir / "job.json").write_text(json.dumps(job))
+        streamed: dict[int, _Comparison] = {}
+
+        def consume() -> None:
+            """Streamed outputs: compare each check's as the worker writes them, and delete
+            them, which lets the worker go on to the next check."""
+            for i, c in enumerate(checks):
+                path = job_dir / f"outputs_{i}.pt"
+                if i in streamed or not path.exists():
+                    continue
+                outs = torch.load(path, weights_only=True)
+                streamed[i] = _on_device_memory(
+                    lambda: _compare_check(outs, c, sig, policy, device), device, region,
+                    f"comparing check {i + 1}")
+                del outs
+                path.unlink()
         limit = timeout_s or DEFAULT_TIMEOUT_S.get(tname, 120.0)
         t0 = time.monotonic()
         for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
-            run = run_worker(job_dir, tname, limit, memory_mb)
+            streamed.clear()
+            run = run_worker(job_dir, tname, limit, memory_mb,
+                             consume if job["stream"] else None)
             result = _read_json(job_dir / "result.json")
             progress = _read_json(job_dir / "progress.json") or {}
             if device == "cpu" or not _worker_out_of_memory(result):
@@ -732,10 +750,13 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                 return record("rejected", "input_mutated",
                               f"launch modified its input(s) {', '.join(names)}; inputs must "
                               "be left unchanged", **common)
-            outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
-            cmp = _on_device_memory(lambda: _compare_check(outs, c, sig, policy, device),
-                                    device, region, f"comparing check {i + 1}")
-            del outs
+            if i in streamed:
+                cmp = streamed[i]
+            else:
+                outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
+                cmp = _on_device_memory(lambda: _compare_check(outs, c, sig, policy, device),
+                                        device, region, f"comparing check {i + 1}")
+                del outs
             max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
             if cmp.fp32_ratio is not None:
                 ratio = max(ratio or 0.0, cmp.fp32_ratio)
@@ -805,6 +826,19 @@ def _end_peak(memory: dict | None, tname: str) -> None:
         memory["peak_over_region"] = round(peak / memory["region_bytes"], 2)
 
 
+# A region whose results take this many bytes a check has them streamed: the worker waits
+# after each check until the parent has compared its outputs and deleted them, so that the host
+# holds one check's outputs at a time, not every check's and the timed run's (5 x 13 GB for
+# gpt-oss-20b's prefill logits, past the H200 host's disk).
+STREAM_OUTPUT_BYTES = 2 << 30
+
+
+def _output_bytes(sig, checks) -> int:
+    size = max((c.size for c in checks), default=1)
+    return sum(TORCH_DTYPES[r.dtype].itemsize * math.prod(r.concrete(size))
+               for r in sig.results)
+
+
 def _memory_dir(sig, checks, device: str) -> Path | None:
     """Where the worker's outputs go for a GPU verification: /dev/shm (memory) when it has room
     for them twice over, since a prefill region's gigabytes of outputs written to disk and read
@@ -812,10 +846,10 @@ def _memory_dir(sig, checks, device: str) -> Path | None:
     shm = Path("/dev/shm")
     if device == "cpu" or not shm.is_dir() or not os.access(shm, os.W_OK):
         return None
-    size = max((c.size for c in checks), default=1)
-    # every check's outputs and the timed run's lie there until the worker ends
-    need = (len(checks) + 1) * sum(
-        TORCH_DTYPES[r.dtype].itemsize * math.prod(r.concrete(size)) for r in sig.results)
+    # every check's outputs and the timed run's lie there until the worker ends (streamed: one
+    # check's and the timed run's)
+    one = _output_bytes(sig, checks)
+    need = (2 if one >= STREAM_OUTPUT_BYTES else len(checks) + 1) * one
     try:
         st = os.statvfs(shm)
     except OSError:
