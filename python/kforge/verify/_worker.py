@@ -313,6 +313,8 @@ def main() -> int:
                 # next check runs, so that host memory and disk hold one check's at a time
                 del outs
                 outs = None
+                if device != "cpu":     # the parent computes its references meanwhile
+                    getattr(torch, device).empty_cache()
                 while os.path.exists(os.path.join(JOB, f"outputs_{i}.pt")):
                     time.sleep(0.05)
                 t0 = spent("wait", t0)
