@@ -78,7 +78,8 @@ def run_worker(job_dir: Path, target_name: str, timeout_s: float,
     """Runs kforge/verify/_worker.py on job_dir. `memory_mb` limits the address space; it is
     applied on the cpu target only (GPU drivers reserve far more address space than they use).
     `while_waiting` is called every quarter second while the worker runs (the verifier compares
-    streamed outputs there); if it raises, the worker is killed and the error propagates."""
+    streamed outputs there; the time it takes extends the limit); if it raises, the worker is
+    killed and the error propagates."""
     stderr_path = Path(job_dir) / "stderr.txt"
     start = time.monotonic()
     with open(stderr_path, "wb") as err:
@@ -100,7 +101,11 @@ def run_worker(job_dir: Path, target_name: str, timeout_s: float,
                         _kill(proc)
                         break
                     if while_waiting is not None:
+                        # the parent's time (comparing streamed outputs while the worker
+                        # waits for it) is not the candidate's: the limit is the worker's own
+                        t0 = time.monotonic()
                         while_waiting()
+                        deadline += time.monotonic() - t0
         except BaseException:
             _kill(proc)
             raise
