@@ -361,21 +361,24 @@ def test_streamed_outputs_are_compared_as_the_worker_goes(monkeypatch, matmul_bi
     assert record.status == "rejected" and record.reason == "mismatch", record.message
 
 
-def test_the_parents_comparison_time_does_not_count_against_the_worker(tmp_path):
+def test_the_parents_comparison_time_does_not_count_against_the_worker(tmp_path, monkeypatch):
     """A streamed verification's limit is the worker's own time: the seconds the parent spends
     comparing (while the worker waits for it) extend it. Measured on the H200: 13 GB logits a
-    check, compared in the parent, timed out verified-looking LM heads at 120 s."""
-    from kforge.verify.sandbox import run_worker
-    job = tmp_path / "job"
-    job.mkdir()
-    (job / "job.json").write_text("not json")     # the worker fails fast on its own
-    slow = {"calls": 0}
+    check, compared in the parent, timed out verified-looking LM heads at the limit."""
+    from kforge.verify import sandbox
+    worker = tmp_path / "worker.py"
+    worker.write_text("import sys, time\ntime.sleep(1.0)\nsys.exit(3)\n")
+    monkeypatch.setattr(sandbox, "WORKER", worker)
+    calls = {"n": 0}
 
-    def parent_work():
-        slow["calls"] += 1
-        time.sleep(0.6)
+    def parent_work():          # 1 s of the parent's own work, once
+        if calls["n"] == 0:
+            time.sleep(1.0)
+        calls["n"] += 1
 
-    run = run_worker(job, "cpu", 0.5, None, parent_work)
-    # the worker outlived 0.5 s of wall time only while the parent worked (0.6 s a call)
-    assert slow["calls"] >= 1
-    assert not run.timed_out and run.returncode not in (0, None)
+    run = sandbox.run_worker(tmp_path, "cpu", 0.6, None, parent_work)
+    assert calls["n"] >= 1
+    assert not run.timed_out and run.returncode == 3, run.describe_exit()
+    # without the parent's work the same worker is over its limit
+    run = sandbox.run_worker(tmp_path, "cpu", 0.6, None, lambda: None)
+    assert run.timed_out
