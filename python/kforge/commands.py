@@ -231,7 +231,8 @@ def cmd_tune(args) -> int:
     with use_workers(args.workers, gpu_share=args.gpu_share):
         results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
                                repair=args.repair, cache=cache, progress=progress,
-                               retry_rejected=args.retry_rejected)
+                               retry_rejected=args.retry_rejected,
+                               regenerate=tuple(args.regenerate))
     if not results:
         print(f"{args.package}: nothing to verify or tune for {package.target}")
     for h, status in results.items():
@@ -354,6 +355,10 @@ def register(subparsers) -> None:
                    help="also the regions whose builtin kernel was rejected: generate it again "
                         "with this KForge (same configuration) and verify it where the source "
                         "changed (after an upgrade that fixed the generator)")
+    p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND",
+                   help="verified builtin kernels of this region (hash) or kind (e.g. moe, gemm) "
+                        "whose first choice this KForge generates differently: verify the new "
+                        "one, and keep it only where it verifies and is faster (repeatable)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     _workers_flags(p)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable
+from typing import Sequence, Callable
 
 from kforge.errors import UserError
 from kforge.verify.verifier import (VerificationOutOfMemory, VerificationRecord,
@@ -25,13 +25,19 @@ def pending_candidates(package: Package, target: str) -> list[str]:
 
 def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | None = None,
                  cache=None, progress: Callable[[str], None] | None = None,
-                 repair: int = 2, executor=None, retry_rejected: bool = False) -> dict:
+                 repair: int = 2, executor=None, retry_rejected: bool = False,
+                 regenerate: Sequence[str] = ()) -> dict:
     """Verify the package's candidate kernels on the target's device (and, with rounds > 0,
     run optimization passes on its verified kernels); record the results in the manifest.
     A builtin kernel that fails here is replaced by the next one the builtin generates that
     verifies, within `repair` generate/verify rounds (0: leave it rejected). With
     `retry_rejected`, a rejected builtin kernel whose source this KForge generates differently
     for the same configuration (a fixed generator) becomes a candidate again, with that source.
+    With `regenerate` (region hashes or kinds, e.g. "moe"), a verified builtin kernel of those
+    regions whose first choice this KForge generates differently (a new scheme, a fixed
+    generator) is verified again with the new source; the new kernel replaces the old one only
+    where it verifies and is faster, else the old one is restored (and kept meanwhile beside it
+    as kernel.previous.py, should the run be stopped part-way).
     Regions run on `executor` (kforge.workers; default: this process), the device being the
     workers': a driver without a GPU can tune on a cluster's GPUs."""
     from kforge.cache import atomic_write_text
@@ -50,6 +56,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     sizes = tuple(package.meta.get("dynamic_sizes") or SynthOptions().dynamic_sizes)
     cache_root, cache_mode = cache_location(cache)
     tasks, renewed = [], False
+    backups: dict[str, dict] = {}
     feeders = selection_feeders(package.plan)
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
@@ -60,6 +67,13 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             # a package built before kforge.selection: this region feeds a selection op
             fresh = requalified(package, h, entry, precision, why, say)
             if fresh is not None:
+                manifest["kernels"][h] = entry = fresh
+                status, renewed = "candidate", True
+        if regenerate and status == "verified" and \
+                (h in regenerate or getattr(package.specs[h], "root_kind", "") in regenerate):
+            fresh = upgraded(package, h, entry, entry.get("precision", precision), say)
+            if fresh is not None:
+                backups[h] = entry
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
         if retry_rejected and status == "rejected":
@@ -97,6 +111,12 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     for outcome in executor.run(tasks, on_event):
         absorb(outcome, cache, package.root / "regions", attempts)
         h = outcome.hash
+        if h in backups and kept_previous(package, h, backups[h], outcome, say):
+            manifest["kernels"][h] = backups[h]
+            results[h] = "verified"
+            write_manifest(package.root, manifest)
+            note = relink(package.root)
+            continue
         if outcome.error:
             say(f"region {h}: not tuned: {outcome.error}")
             results[h] = "failed"
@@ -144,6 +164,65 @@ def regenerated(package: Package, h: str, entry: dict,
         return None
     say(f"region {h}: rejected before; generated again, to verify")
     return _as_candidate(package, entry, fresh[0].source, {"reason": "regenerated"})
+
+
+def upgraded(package: Package, h: str, entry: dict, precision: str,
+             say: Callable[[str], None]) -> dict | None:
+    """A verified builtin entry as a candidate with the first kernel of this KForge's space for
+    the region (`tune_package(regenerate=...)`), the old source kept as kernel.previous.py; None
+    where that kernel is the one the package has, or the builtin cannot generate one."""
+    from kforge.cache import atomic_write_text
+    from kforge.providers.builtin import candidates, config_space
+    from kforge.providers.builtin.emitter import CannotGenerate
+    if entry.get("provider") != "builtin":
+        return None
+    spec = package.specs[h]
+    try:
+        fresh = candidates(spec, package.target, precision,
+                           config_space(spec, package.target, precision)[:1])
+    except CannotGenerate:
+        fresh = []
+    path = package.root / entry["source"]
+    old = path.read_text() if path.is_file() else ""
+    if not fresh or fresh[0].source == old:
+        say(f"region {h}: this KForge generates the kernel it has; kept")
+        return None
+    atomic_write_text(path.with_name("kernel.previous.py"), old)
+    cand = fresh[0]
+    say(f"region {h}: regenerated ({cand.id}); verified again beside the old kernel "
+        f"({entry.get('time_ms')} ms)")
+    return _as_candidate(package, entry, cand.source, {"reason": "regenerated"},
+                         launch=launch_of(cand.config), candidate_id=cand.id, notes=cand.notes,
+                         time_ms=None)
+
+
+def kept_previous(package: Package, h: str, old: dict, outcome,
+                  say: Callable[[str], None]) -> bool:
+    """Whether a regenerated region goes back to its old verified kernel (restored into the
+    package): the new one failed, was rejected, or is not faster."""
+    from kforge.cache import atomic_write_text
+    new = outcome.entry if not outcome.error else None
+    status = ((new or {}).get("verification") or {}).get("status")
+    new_ms, old_ms = (new or {}).get("time_ms"), old.get("time_ms")
+    if status == "verified" and (old_ms is None or (new_ms is not None and new_ms < old_ms)):
+        say(f"region {h}: the regenerated kernel verified at {new_ms} ms "
+            f"(was {old_ms} ms): it replaces the old one")
+        (package.root / old["source"]).with_name("kernel.previous.py").unlink(missing_ok=True)
+        return False
+    if status == "verified":
+        why = f"{new_ms} ms, not faster than {old_ms} ms"
+    else:
+        why = outcome.error or status or "no result"
+    say(f"region {h}: the regenerated kernel is not taken ({why}); the old one is restored")
+    previous = package.root / old["source"]
+    backup = previous.with_name("kernel.previous.py")
+    if backup.is_file():
+        atomic_write_text(previous, backup.read_text())
+    old["regenerated"] = {"status": status or "failed", "time_ms": new_ms,
+                          "candidate_id": (new or {}).get("candidate_id"),
+                          "reason": ((new or {}).get("verification") or {}).get("reason")
+                          or (outcome.error or "")[:300]}
+    return True
 
 
 def requalified(package: Package, h: str, entry: dict, precision: str, why: str,

@@ -253,3 +253,45 @@ def test_tune_repairs_a_builtin_kernel_that_fails_on_this_machine(tmp_path):
 
     pkg, h = sabotaged("left")
     assert tune_package(pkg, repair=0)[h] == "rejected"
+
+
+def test_tune_regenerate_keeps_the_old_kernel_unless_the_new_one_is_faster(tmp_path):
+    """`kforge tune --regenerate`: a verified builtin kernel that this KForge generates
+    differently is verified again with the new source; it is taken only where it verifies and
+    is faster than the recorded time, else the old source and entry come back."""
+    import hashlib
+
+    from kforge.package import compile_regions
+    from kforge.runtime import tune_package
+
+    def older(name, time_ms):
+        pkg = tmp_path / name
+        compile_regions(TINY, pkg, SynthOptions(target="cpu", rounds=0),
+                        weights_path=tiny_weights(tmp_path), model_path=TINY / "model.py")
+        manifest = read_manifest(pkg)
+        h, entry = next(iter(manifest["kernels"].items()))
+        assert entry["status"] == "verified" and entry["provider"] == "builtin"
+        src = (pkg / entry["source"]).read_text() + "\n# an older KForge's kernel\n"
+        (pkg / entry["source"]).write_text(src)
+        entry.update(sha256=hashlib.sha256(src.encode()).hexdigest(), time_ms=time_ms)
+        write_manifest(pkg, manifest)
+        return pkg, h, src
+
+    pkg, h, old = older("faster", 1e9)            # anything beats a recorded 1e9 ms
+    assert tune_package(pkg, regenerate=(h,))[h] == "verified"
+    entry = read_manifest(pkg)["kernels"][h]
+    src = (pkg / entry["source"]).read_text()
+    assert src != old and entry["time_ms"] < 1e9 and "regenerated" not in entry
+    assert entry["sha256"] == hashlib.sha256(src.encode()).hexdigest()
+    assert not (pkg / entry["source"]).with_name("kernel.previous.py").exists()
+
+    pkg, h, old = older("slower", 1e-9)           # nothing beats 1e-9 ms: the old one stays
+    assert tune_package(pkg, regenerate=(h,))[h] == "verified"
+    entry = read_manifest(pkg)["kernels"][h]
+    assert (pkg / entry["source"]).read_text() == old and entry["time_ms"] == 1e-9
+    assert entry["regenerated"]["status"] == "verified"
+    assert entry["regenerated"]["time_ms"] > 1e-9
+    assert h in load_package(pkg, tune=False).kernels
+
+    # nothing to regenerate where the source is the one this KForge generates
+    assert tune_package(pkg, regenerate=("no-such-kind",)) == {}

@@ -330,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retry-rejected", action="store_true",
                    help="with --tune: also regions whose builtin kernel was rejected, where this "
                         "KForge generates it differently (`kforge tune --retry-rejected`)")
+    p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND",
+                   help="with --tune: `kforge tune --regenerate` (repeatable)")
     p.add_argument("--gpus", type=int, default=0,
                    help="with --tune: spread the jobs over this many GPUs (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
@@ -353,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         selected = wl_mod.shards(selected, args.shard)
     policies = [x for x in args.precision.split(",") if x]
     if args.tune:
-        tune_args = workers + (["--retry-rejected"] if args.retry_rejected else [])
+        tune_args = workers + (["--retry-rejected"] if args.retry_rejected else []) + \
+            [a for r in args.regenerate for a in ("--regenerate", r)]
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,
                              args.gpus, args.deadline, tune_args) else 0
     args.out.mkdir(parents=True, exist_ok=True)

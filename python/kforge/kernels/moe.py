@@ -25,10 +25,19 @@ triton, triton.language only; passes kforge.verify.static): the kernels and
 `launch(x, index, weight, w1, b1, w2, b2) -> (out,)`. Shapes are read from the tensors at run
 time; the activation, its constants, the tiles and the precision are baked in.
 
-Precision (`dot_precision`): "ieee" multiplies fp32 operands through `fp32_dot` ("tf32x3":
-Triton's 3xTF32 split, fp32-accurate; "ieee": plain FMA); "tf32"; "bf16" casts the tiles to bf16
-(fp32 accumulation). 16-bit inputs use their own tensor cores. Intermediates (h, y) are fp32.
-The Triton interpreter multiplies exactly in fp32 whatever the scheme (`interpret=True`).
+Precision (`dot_precision`): "ieee" multiplies fp32 operands through `fp32_dot`:
+* "fp16x3" (fp32-accurate, on fp16 tensor cores at twice the TF32 rate; kforge.kernels.gemm's
+  strict scheme): `prepare_weights` stores each expert's w1 and w2 as fp16 hi + lo planes of
+  w * 2**(15 - e_n), e_n the exponent of column n's largest magnitude, with e_n - 15 in a last
+  row ([E, 2K + 1, N] fp16); a row pass (`_moe_rows16`) does the same for x and for h per row.
+  Each K step takes a_lo@b_hi + a_hi@b_lo + a_hi@b_hi into a fresh accumulator that is added to
+  the running fp32 sum; the power-of-two scales are undone exactly in the epilogue. The up
+  projection loads gate and up columns as one contiguous [BLOCK_K, 2 * BLOCK_N] tile and splits
+  the accumulator in registers.
+* "tf32x3": Triton's 3xTF32 split, fp32-accurate; "ieee": plain FMA.
+"tf32"; "bf16" casts the tiles to bf16 (fp32 accumulation). 16-bit inputs use their own tensor
+cores. Intermediates (h, y) are fp32. The Triton interpreter multiplies exactly in fp32 whatever
+the scheme (`interpret=True`).
 """
 from __future__ import annotations
 
@@ -39,6 +48,7 @@ from kforge.kernels.attention import MMA_SOURCE
 ACTIVATIONS = {"gpt_oss": 0, "swiglu": 1}
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 DOT_PRECISIONS = ("ieee", "tf32", "bf16")
+FP32_DOTS = ("fp16x3", "tf32x3", "ieee")
 
 _KERNELS = MMA_SOURCE + '''
 
@@ -176,6 +186,167 @@ def _moe_down(H1, W2, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, HID, INTER,
 
 
 @triton.jit
+def _moe_rows16(X, Y, S, R, C, sxr, sxc, BLOCK: tl.constexpr):
+    """Row r of X [R, C] -> Y[0, r], Y[1, r]: fp16 hi, lo of x * 2**(15 - e_r) (|x| < 2**e_r on
+    the row: no fp16 overflow, lo far above the subnormals); S[r] = 2**(e_r - 15)."""
+    r = tl.program_id(0)
+    xrow = X + r.to(tl.int64) * sxr
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for c0 in range(0, C, BLOCK):
+        offs = c0 + tl.arange(0, BLOCK)
+        amax = tl.maximum(amax, tl.abs(tl.load(xrow + offs * sxc, mask=offs < C,
+                                               other=0.0).to(tl.float32)))
+    m = tl.max(amax, 0)
+    ex = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126      # m < 2**ex (normal m)
+    ex = tl.minimum(tl.maximum(ex, -100), 100)
+    ex = tl.where(m > 0, ex, 0)
+    scale = ((127 + 15 - ex) << 23).to(tl.float32, bitcast=True)
+    tl.store(S + r, ((127 - 15 + ex) << 23).to(tl.float32, bitcast=True))
+    yrow = Y + r.to(tl.int64) * C
+    plane = R.to(tl.int64) * C
+    for c0 in range(0, C, BLOCK):
+        offs = c0 + tl.arange(0, BLOCK)
+        mask = offs < C
+        x = tl.load(xrow + offs * sxc, mask=mask, other=0.0).to(tl.float32) * scale
+        hi = x.to(tl.float16)
+        tl.store(yrow + offs, hi, mask=mask)
+        tl.store(yrow + plane + offs, (x - hi.to(tl.float32)).to(tl.float16), mask=mask)
+
+
+@triton.jit
+def _moe_split_w(W, OUT, KR, N, swe, swk, swn, BLOCK: tl.constexpr):
+    """Expert e's weight [K, N] -> OUT[e] [2K + 1, N] fp16: rows 0..K-1 hi, K..2K-1 lo of
+    w * 2**(15 - e_n) (max |w[:, n]| < 2**e_n), row 2K e_n - 15 (a small integer, exact)."""
+    e = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < N
+    src = W + e * swe + cols * swn
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in range(0, KR):
+        amax = tl.maximum(amax, tl.abs(tl.load(src + k * swk, mask=ok, other=0.0).to(tl.float32)))
+    ex = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126
+    ex = tl.minimum(tl.maximum(ex, -100), 100)
+    ex = tl.where(amax > 0, ex, 0)
+    scale = ((127 + 15 - ex) << 23).to(tl.float32, bitcast=True)
+    dst = OUT + e * (2 * KR + 1) * N + cols
+    for k in range(0, KR):
+        x = tl.load(src + k * swk, mask=ok, other=0.0).to(tl.float32) * scale
+        hi = x.to(tl.float16)
+        tl.store(dst + k * N, hi, mask=ok)
+        tl.store(dst + (KR + k) * N, (x - hi.to(tl.float32)).to(tl.float16), mask=ok)
+    tl.store(dst + 2 * KR * N, (ex - 15).to(tl.float16), mask=ok)
+
+
+@triton.jit
+def _mma3(a_hi, a_lo, b_hi, b_lo, INTERP: tl.constexpr):
+    """a_lo@b_hi + a_hi@b_lo + a_hi@b_hi in a fresh fp32 accumulator."""
+    if INTERP:
+        ah = a_hi.to(tl.float32)
+        bh = b_hi.to(tl.float32)
+        part = tl.dot(a_lo.to(tl.float32), bh, input_precision="ieee")
+        part += tl.dot(ah, b_lo.to(tl.float32), input_precision="ieee")
+        part += tl.dot(ah, bh, input_precision="ieee")
+    else:
+        part = tl.dot(a_lo, b_hi)
+        part = tl.dot(a_hi, b_lo, part)
+        part = tl.dot(a_hi, b_hi, part)
+    return part
+
+
+@triton.jit
+def _col_scale(W, ROW, cols, col_ok):
+    """2**(e_n - 15) of each column, from the exponent row of a prepared weight."""
+    ex = tl.load(W + ROW + cols, mask=col_ok, other=0.0).to(tl.int32)
+    return ((127 + ex) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, sbe, sbn,
+             K: tl.constexpr, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             BLOCK_E: tl.constexpr, INTERP: tl.constexpr):
+    pid_n = tl.program_id(1)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
+    if e >= 0:
+        tok = pairs // K
+        W = 2 * INTER
+        j = tl.arange(0, 2 * BLOCK_N)
+        n0 = pid_n * BLOCK_N
+        if ACT == 0:            # gate, up interleaved: one contiguous run of 2 * BLOCK_N columns
+            cols = 2 * n0 + j
+            col_ok = (n0 + j // 2) < INTER
+        else:                   # gate in [0, I), up in [I, 2I): two runs of BLOCK_N
+            within = j % BLOCK_N
+            cols = tl.where(j < BLOCK_N, n0 + within, INTER + n0 + within)
+            col_ok = (n0 + within) < INTER
+        wb = W1P + e.to(tl.int64) * (2 * HID + 1) * W
+        lo_w = HID.to(tl.int64) * W
+        lo_x = T.to(tl.int64) * HID
+        acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, HID, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < HID
+            am = row_ok[:, None] & k_ok[None, :]
+            xo = tok[:, None] * HID + ks[None, :]
+            a_hi = tl.load(XP + xo, mask=am, other=0.0)
+            a_lo = tl.load(XP + lo_x + xo, mask=am, other=0.0)
+            wm = k_ok[:, None] & col_ok[None, :]
+            wo = ks[:, None] * W + cols[None, :]
+            b_hi = tl.load(wb + wo, mask=wm, other=0.0)
+            b_lo = tl.load(wb + lo_w + wo, mask=wm, other=0.0)
+            acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
+        sx = tl.load(SX + tok, mask=row_ok, other=0.0)
+        sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
+        b = tl.load(B1 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
+        acc = acc * sx[:, None] * sw[None, :] + b.to(tl.float32)[None, :]
+        if ACT == 0:
+            g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+            g = tl.minimum(g, LIMIT)
+            u = tl.minimum(tl.maximum(u, -LIMIT), LIMIT)
+            h = (u + 1.0) * (g * tl.sigmoid(g * ALPHA))
+        else:
+            g, u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
+            h = g * tl.sigmoid(g) * u
+        ncols = n0 + tl.arange(0, BLOCK_N)
+        tl.store(H1 + h_rows[:, None] * INTER + ncols[None, :], h,
+                 mask=row_ok[:, None] & (ncols < INTER)[None, :])
+
+
+@triton.jit
+def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, HID, INTER,
+               sbe, sbn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               BLOCK_E: tl.constexpr, INTERP: tl.constexpr):
+    pid_n = tl.program_id(1)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
+    if e >= 0:
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < HID
+        wb = W2P + e.to(tl.int64) * (2 * INTER + 1) * HID
+        lo_w = INTER.to(tl.int64) * HID
+        lo_h = NPAIRS.to(tl.int64) * INTER
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, INTER, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < INTER
+            am = row_ok[:, None] & k_ok[None, :]
+            ho = h_rows[:, None] * INTER + ks[None, :]
+            a_hi = tl.load(HP + ho, mask=am, other=0.0)
+            a_lo = tl.load(HP + lo_h + ho, mask=am, other=0.0)
+            wm = k_ok[:, None] & col_ok[None, :]
+            wo = ks[:, None] * HID + cols[None, :]
+            b_hi = tl.load(wb + wo, mask=wm, other=0.0)
+            b_lo = tl.load(wb + lo_w + wo, mask=wm, other=0.0)
+            acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
+        sh = tl.load(SH + h_rows, mask=row_ok, other=0.0)
+        sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
+        b = tl.load(B2 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
+        r = tl.load(WEIGHT + pairs, mask=row_ok, other=0.0).to(tl.float32)
+        y = (acc * sh[:, None] * sw[None, :] + b.to(tl.float32)[None, :]) * r[:, None]
+        tl.store(Y + pairs[:, None] * HID + cols[None, :], y,
+                 mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
 def _moe_combine(Y, OUT, HID, sot, soh, K: tl.constexpr, BLOCK_C: tl.constexpr):
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -188,6 +359,36 @@ def _moe_combine(Y, OUT, HID, sot, soh, K: tl.constexpr, BLOCK_C: tl.constexpr):
 
 _LAUNCH = '''
 
+def _split16(w):
+    """[E, K, N] fp32 -> [E, 2K + 1, N] fp16 (`_moe_split_w`)."""
+    E_, K_, N_ = w.shape
+    out = torch.empty((E_, 2 * K_ + 1, N_), dtype=torch.float16, device=w.device)
+    _moe_split_w[(E_, triton.cdiv(N_, BLOCK_S))](w, out, K_, N_, w.stride(0), w.stride(1),
+                                                 w.stride(2), BLOCK=BLOCK_S)
+    return out
+
+
+def _prepared(w):
+    return w.dtype == torch.float16 and DTYPE == torch.float32
+
+
+def _rows_of(w):
+    """K of a [E, K, N] weight, raw or prepared ([E, 2K + 1, N])."""
+    return (w.shape[1] - 1) // 2 if _prepared(w) else w.shape[1]
+
+
+def prepare_weights(weights):
+    """w1 (argument 3) and w2 (argument 5) as fp16 hi/lo planes with their column exponents;
+    the biases and the rest unchanged. Only the fp16x3 scheme re-stores anything."""
+    out = dict(weights)
+    if SPLIT:
+        for i in (3, 5):
+            w = out.get(i)
+            if w is not None and not _prepared(w):
+                out[i] = _split16(w)
+    return out
+
+
 def launch(x, index, weight, w1, b1, w2, b2):
     """x [T, H], index [T, K] (expert ids), weight [T, K], w1 [E, H, 2I], b1 [E, 2I],
     w2 [E, I, H], b2 [E, H] -> (out [T, H] in x's dtype,)."""
@@ -196,16 +397,17 @@ def launch(x, index, weight, w1, b1, w2, b2):
     T, HID = x.shape
     K = index.shape[1]
     E = w1.shape[0]
-    INTER = w2.shape[1]
-    if index.shape[0] != T or w1.shape[1] != HID or w1.shape[2] != 2 * INTER:
+    INTER = _rows_of(w2)
+    if index.shape[0] != T or _rows_of(w1) != HID or w1.shape[2] != 2 * INTER:
         raise ValueError(f"w1 {{tuple(w1.shape)}} does not match x {{tuple(x.shape)}}")
     if w2.shape[0] != E or w2.shape[2] != HID or b1.shape != (E, 2 * INTER) or \\
             b2.shape != (E, HID):
         raise ValueError("w2, b1, b2 do not match w1")
     if K != TOP_K or E > BLOCK_E:
         raise ValueError(f"this kernel is for top-{{TOP_K}} over at most {{BLOCK_E}} experts")
-    if x.dtype != DTYPE:
-        raise ValueError(f"x must be {{DTYPE}}")
+    if x.dtype != DTYPE or any(w.dtype != DTYPE and not (SPLIT and _prepared(w))
+                               for w in (w1, w2)):
+        raise ValueError(f"x and the weights must be {{DTYPE}}")
     index = index.contiguous()
     weight = weight.contiguous()
     npairs = T * K
@@ -215,20 +417,46 @@ def launch(x, index, weight, w1, b1, w2, b2):
     offsets = torch.empty(E, dtype=torch.int32, device=dev)
     _moe_route[(E,)](index, counts, offsets, order, npairs, BLOCK_P=BLOCK_P)
     tiles = triton.cdiv(npairs, BLOCK_M) + E
-    h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
-    _moe_up[(tiles, triton.cdiv(INTER, BLOCK_N))](
-        x, w1, b1, order, counts, offsets, h, E, HID, INTER,
-        x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w1.stride(2),
-        b1.stride(0), b1.stride(1),
-        K=TOP_K, ACT=ACT, ALPHA=ALPHA, LIMIT=LIMIT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC, LOWP=LOWP, INTERP=INTERPRET,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    y = torch.empty((npairs, HID), dtype=torch.float32, device=dev)
-    _moe_down[(tiles, triton.cdiv(HID, BLOCK_N))](
-        h, w2, b2, weight, order, counts, offsets, y, E, HID, INTER,
-        w2.stride(0), w2.stride(1), w2.stride(2), b2.stride(0), b2.stride(1),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC,
-        LOWP=LOWP, W16=W16, INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+
+    if SPLIT:
+        # weights not re-stored by prepare_weights (a caller that does not call it) are split
+        # here, at every call
+        w1p = w1 if _prepared(w1) else _split16(w1)
+        w2p = w2 if _prepared(w2) else _split16(w2)
+        xp = torch.empty((2, T, HID), dtype=torch.float16, device=dev)
+        sx = torch.empty(T, dtype=torch.float32, device=dev)
+        _moe_rows16[(T,)](x, xp, sx, T, HID, x.stride(0), x.stride(1), BLOCK=BLOCK_R)
+        h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
+        _moe_up3[(tiles, triton.cdiv(INTER, BLOCK_N))](
+            xp, sx, w1p, b1, order, counts, offsets, h, E, T, HID, INTER,
+            b1.stride(0), b1.stride(1), K=TOP_K, ACT=ACT, ALPHA=ALPHA, LIMIT=LIMIT,
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, INTERP=INTERPRET,
+            num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        hp = torch.empty((2, npairs, INTER), dtype=torch.float16, device=dev)
+        sh = torch.empty(npairs, dtype=torch.float32, device=dev)
+        _moe_rows16[(npairs,)](h, hp, sh, npairs, INTER, h.stride(0), h.stride(1),
+                               BLOCK=BLOCK_R)
+        del h
+        y = torch.empty((npairs, HID), dtype=torch.float32, device=dev)
+        _moe_down3[(tiles, triton.cdiv(HID, 2 * BLOCK_N))](
+            hp, sh, w2p, b2, weight, order, counts, offsets, y, E, npairs, HID, INTER,
+            b2.stride(0), b2.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=2 * BLOCK_N, BLOCK_K=BLOCK_K,
+            BLOCK_E=BLOCK_E, INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    else:
+        h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
+        _moe_up[(tiles, triton.cdiv(INTER, BLOCK_N))](
+            x, w1, b1, order, counts, offsets, h, E, HID, INTER,
+            x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w1.stride(2),
+            b1.stride(0), b1.stride(1),
+            K=TOP_K, ACT=ACT, ALPHA=ALPHA, LIMIT=LIMIT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+            BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC, LOWP=LOWP, INTERP=INTERPRET,
+            num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        y = torch.empty((npairs, HID), dtype=torch.float32, device=dev)
+        _moe_down[(tiles, triton.cdiv(HID, BLOCK_N))](
+            h, w2, b2, weight, order, counts, offsets, y, E, HID, INTER,
+            w2.stride(0), w2.stride(1), w2.stride(2), b2.stride(0), b2.stride(1),
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC,
+            LOWP=LOWP, W16=W16, INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     out = torch.empty((T, HID), dtype=x.dtype, device=dev)
     _moe_combine[(T, triton.cdiv(HID, BLOCK_C))](y, out, HID, out.stride(0), out.stride(1),
                                                  K=TOP_K, BLOCK_C=BLOCK_C)
@@ -255,7 +483,12 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
         raise ValueError(f"dtype {dtype!r} / dot_precision {dot_precision!r}")
     if num_experts < 1 or top_k < 1:
         raise ValueError("num_experts and top_k must be positive")
-    if dtype == "fp32":
+    if fp32_dot not in FP32_DOTS:
+        raise ValueError(f"fp32_dot {fp32_dot!r}: expected one of {FP32_DOTS}")
+    split = dtype == "fp32" and dot_precision == "ieee" and fp32_dot == "fp16x3"
+    if split:
+        prec = ""
+    elif dtype == "fp32":
         prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": ""}[dot_precision]
     else:
         prec = ""
@@ -276,6 +509,9 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
         BLOCK_K = {int(block_k)}
         BLOCK_P = 1024
         BLOCK_C = 256
+        BLOCK_R = 1024
+        BLOCK_S = 256
+        SPLIT = {bool(split)}
         PREC = {prec!r}
         LOWP = {bool(lowp)}
         W16 = {dtype != "fp32"}
@@ -286,12 +522,25 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
     return header + _KERNELS + _LAUNCH.format()
 
 
-def moe_configs(dtype: str, target: str = "cuda", *, rows: int | None = None) -> list[dict]:
+def moe_configs(dtype: str, target: str = "cuda", *, rows: int | None = None,
+                split: bool = False) -> list[dict]:
     """Tile configurations worth trying (moe_source keywords), the likeliest first. Few rows per
-    expert (decoding) want short row tiles."""
+    expert (decoding) want short row tiles. `split`: the fp16x3 scheme (fp16 hi/lo tiles, a
+    [BLOCK_M, 2 * BLOCK_N] accumulator in both projections)."""
     if target == "cpu":
         return [{"block_m": 16, "block_n": 32, "block_k": 32, "num_warps": 4, "num_stages": 1}]
     small = rows is not None and rows <= 64
+    if split:
+        configs = [
+            {"block_m": 128, "block_n": 64, "block_k": 64, "num_warps": 8, "num_stages": 3},
+            {"block_m": 128, "block_n": 64, "block_k": 32, "num_warps": 8, "num_stages": 4},
+            {"block_m": 64, "block_n": 64, "block_k": 64, "num_warps": 4, "num_stages": 3},
+            {"block_m": 64, "block_n": 128, "block_k": 32, "num_warps": 8, "num_stages": 3},
+        ]
+        if small:
+            configs.insert(0, {"block_m": 16, "block_n": 64, "block_k": 64, "num_warps": 4,
+                               "num_stages": 3})
+        return configs
     bk = 64 if dtype != "fp32" else 32
     configs = [
         {"block_m": 64, "block_n": 128, "block_k": bk, "num_warps": 8, "num_stages": 3},

@@ -7,17 +7,29 @@ The policy says how the products are taken:
 
 | policy | x @ w1 and h @ w2 (fp32 model) |
 |---|---|
-| strict | 3xTF32 (`tf32x3`), then plain fp32 FMA |
-| tf32 | TF32, then 3xTF32 |
-| bf16 | bf16 operands with fp32 accumulation, then 3xTF32 |
+| strict | fp16 hi/lo splits, three fp16 products (`fp16x3`), then 3xTF32 (`tf32x3`) |
+| tf32 | TF32, then fp16x3 |
+| bf16 | bf16 operands with fp32 accumulation, then fp16x3 |
+
+(a region upstream of a router's selection is compiled strict under every policy:
+kforge.selection)
 
 A 16-bit model multiplies on its own tensor cores under every policy.
 """
 from __future__ import annotations
 
 from kforge.kernel_fallbacks import MOE
-from kforge.providers.builtin.attention import OPERAND_DTYPES, PRECISION_SCHEMES
+from kforge.providers.builtin.attention import OPERAND_DTYPES
 from kforge.providers.builtin.emitter import CannotGenerate
+
+_FP16X3 = {"dot_precision": "ieee", "fp32_dot": "fp16x3"}
+_TF32X3 = {"dot_precision": "ieee", "fp32_dot": "tf32x3"}
+SCHEMES = {
+    "strict": [_FP16X3, _TF32X3],
+    "tf32": [{"dot_precision": "tf32"}, _FP16X3],
+    "bf16": [{"dot_precision": "bf16"}, _FP16X3],
+}
+
 
 def is_moe(spec) -> bool:
     return getattr(spec, "root_kind", "") == "moe" and len(spec.ops) == 1 and \
@@ -51,8 +63,13 @@ def moe_space(spec, target, precision: str) -> list[dict]:
     where = "cpu" if target.name == "cpu" else "cuda"
     rows_per_expert = opts["_rows"] // max(1, opts["num_experts"])
     space = []
-    for scheme in PRECISION_SCHEMES.get(precision, PRECISION_SCHEMES["strict"]):
-        for tile in moe_configs(opts["dtype"], where, rows=rows_per_expert):
+    schemes = SCHEMES.get(precision, SCHEMES["strict"])
+    if opts["dtype"] != "fp32":
+        schemes = schemes[:1]      # 16-bit operands multiply on their own tensor cores
+    for scheme in schemes:
+        split = opts["dtype"] == "fp32" and scheme.get("fp32_dot") == "fp16x3" and \
+            scheme["dot_precision"] == "ieee"
+        for tile in moe_configs(opts["dtype"], where, rows=rows_per_expert, split=split):
             space.append({**tile, **scheme})
     return space
 
