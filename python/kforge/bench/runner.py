@@ -318,6 +318,11 @@ class Runner:
         res.tokens_per_call = wl.tokens_per_call(cfg.scale, mod)
         for policy in cfg.precisions:
             pr = self._kforge(wl, model, inputs, checks, policy, res)
+            # the package's CUDA graphs, prepared weights and float64 copy go before the next
+            # route runs (a CompiledModel and its graphs reference each other: gc, not refcount;
+            # on the H200 gpt-oss prefill's strict package held 23 GiB of graph pool and the
+            # bf16 package then ran out of memory)
+            self._cleanup()
             res.policies.append(pr)
             self._progress(pr.kforge)
             self._matched(pr, model, inputs, checks, res)
