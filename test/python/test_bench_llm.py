@@ -137,6 +137,27 @@ def test_checks_work_a_chunk_at_a_time_on_references_in_host_memory(monkeypatch)
     assert runner._within(bad, ref, 1.0, 1.0, True) is False
 
 
+
+def test_a_mismatch_says_how_many_rows_it_is_confined_to(monkeypatch):
+    """A token whose router picked other experts is off in its own row of logits only: the
+    check counts the rows (last dimension) with an element outside the rule, over the checks
+    that failed, a block of rows at a time."""
+    from kforge.bench import runner
+    torch.manual_seed(4)
+    ref = torch.randn(2, 6, 50)
+    out = ref + torch.randn(2, 6, 50) * 1e-6
+    out[1, 2, 7] += 0.5                                    # one token's row
+    out[0, 5] += 0.3                                       # another, all along
+    assert runner._rows_outside(out, ref, 1e-4, 1e-4) == (2, 12)
+    assert runner._rows_outside((ref,), (ref,), 1e-4, 1e-4) == (0, 12)
+    blocks = list(runner._row_blocks(ref.reshape(-1, 50), "cpu", elements=100))
+    assert [b[0] for b in blocks] == [0, 2, 4, 6, 8, 10]   # two rows a block
+    checks = [((torch.zeros(1),), ref), ((torch.ones(1),), ref)]
+    fn = lambda x: out if float(x[0]) else ref             # noqa: E731 - the second check fails
+    chk = runner.Runner._check(None, fn, checks, 1e-4, 1e-4)
+    assert not chk.ok and (chk.rows_outside, chk.rows) == (2, 12)
+    assert runner._outside_text(chk) == "; 2 of 12 rows outside"
+
 def test_where_the_time_goes_names_the_kernels_kinds_and_the_launch_gaps():
     """The LLM section's explanation: the kernels' time by what they compute (attention, MoE,
     GEMMs...), and the step-by-step run against the timed one (what launches and

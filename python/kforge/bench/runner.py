@@ -170,6 +170,43 @@ def _within(out, ref, atol, rtol, scaled: bool) -> bool:
     return True
 
 
+def _rows_outside(out, ref, atol, rtol) -> tuple[int, int]:
+    """(rows with an element outside the scaled rule, rows), a row being an output's last
+    dimension (a token's logits): a mismatch confined to a few rows (an MoE router that picked
+    other experts for a token at a near-tie) reads apart from one spread over all of them
+    (rounding). Rows are compared a block at a time on the output's device."""
+    import torch
+
+    bad = total = 0
+    for o, r in _pairs(out, ref):
+        if not o.is_floating_point() or o.dim() == 0:
+            continue
+        width = max(1, o.shape[-1])
+        o2, r2 = o.reshape(-1, width), r.reshape(-1, width)
+        sq = sum(rc.pow(2).sum().item() for _, rc in _row_blocks(r2, o.device))
+        scale = max(1.0, (sq / max(1, r2.numel())) ** 0.5)
+        for (_, oc), (_, rc) in zip(_row_blocks(o2, o.device), _row_blocks(r2, o.device)):
+            far = ~((oc - rc).abs() <= atol * scale + rtol * rc.abs())
+            bad += int(far.any(dim=1).sum().item())
+        total += o2.shape[0]
+    return bad, total
+
+
+def _row_blocks(t, device, elements: int = 1 << 25):
+    """(first row, float64 block of rows on `device`) over a 2-D tensor."""
+    import torch
+
+    step = max(1, elements // max(1, t.shape[1]))
+    for start in range(0, t.shape[0], step):
+        yield start, t[start:start + step].to(device=device, dtype=torch.float64)
+
+
+def _outside_text(chk) -> str:
+    if not chk.rows:
+        return ""
+    return f"; {chk.rows_outside} of {chk.rows} rows outside"
+
+
 class Runner:
     def __init__(self, config: BenchConfig, timer, peaks: roofline.Peaks, log=print):
         self.config, self.timer, self.peaks, self.log = config, timer, peaks, log
@@ -265,8 +302,12 @@ class Runner:
             a, r = _errors(out, ref)
             res.max_abs, res.max_rel = max(res.max_abs, a), max(res.max_rel, r)
             if atol is not None:
-                res.ok = res.ok and _within(out, ref, atol, rtol, scaled=True)
+                within = _within(out, ref, atol, rtol, scaled=True)
+                res.ok = res.ok and within
                 res.allclose = res.allclose and _within(out, ref, atol, rtol, scaled=False)
+                if not within and res.max_abs != float("inf"):
+                    bad, rows = _rows_outside(out, ref, atol, rtol)
+                    res.rows_outside, res.rows = res.rows_outside + bad, res.rows + rows
             if f64 is not None:
                 res.add_contract(out, ref, f64[i])
             del out
@@ -385,7 +426,10 @@ class Runner:
                               max_rel_err=chk.max_rel, info=info, allclose=chk.allclose)
         if not chk.ok:
             out.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager fp32 "
-                          f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g})")
+                          f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g}"
+                          f"{_outside_text(chk)})")
+            if chk.rows:
+                out.info["rows_outside"] = [chk.rows_outside, chk.rows]
         return out
 
     def _route(self, route, model, inputs, checks, atol, rtol, into: list,
@@ -476,7 +520,10 @@ class Runner:
             if not ok:
                 kr.status = "mismatch"
                 kr.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager on fresh inputs "
-                             f"(max abs err {kr.max_abs_err:.3g}, rel L2 err {kr.max_rel_err:.3g})")
+                             f"(max abs err {kr.max_abs_err:.3g}, rel L2 err {kr.max_rel_err:.3g}"
+                             f"{_outside_text(chk)})")
+                if chk.rows:
+                    kr.info["rows_outside"] = [chk.rows_outside, chk.rows]
             kr.timing = self._time(c.fn, inputs)
         except Exception as exc:
             kr.status, kr.reason = "failed", f"{type(exc).__name__}: {exc}"[:500]
@@ -542,6 +589,9 @@ class _CheckResult:
     # error against float64, and elements over the bound
     fp32_err: float = 0.0
     err_vs_f64: float = 0.0
+    # over the checks that failed the rule: rows (last dimension) with an element outside it
+    rows_outside: int = 0
+    rows: int = 0
     over_bound: int = 0
     contract_ok: bool | None = None
 

@@ -311,7 +311,6 @@ def main() -> int:
             if job.get("stream"):
                 # large outputs: the parent compares this check's and deletes them before the
                 # next check runs, so that host memory and disk hold one check's at a time
-                del outs
                 outs = None
                 if device != "cpu":     # the parent computes its references meanwhile
                     getattr(torch, device).empty_cache()

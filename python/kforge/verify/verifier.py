@@ -77,14 +77,22 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-def _free_memory_text(device: str) -> str:
+def _device_memory(device: str) -> tuple[int, int] | None:
+    """(free, total) bytes on the GPU; None on the cpu target or where it cannot say."""
     try:
         if device == "cuda" and torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
-            return f"; {free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free on the device now"
-    except Exception:  # noqa: BLE001 - informational
+            return int(free), int(total)
+    except Exception:  # noqa: BLE001 - then the caller does without
         pass
-    return ""
+    return None
+
+
+def _free_memory_text(device: str) -> str:
+    mem = _device_memory(device)
+    if mem is None:
+        return ""
+    return f"; {mem[0] / 2 ** 30:.1f} of {mem[1] / 2 ** 30:.1f} GiB free on the device now"
 
 
 def _on_device_memory(step: Callable, device: str, region: str, what: str, sleep=None):
@@ -353,14 +361,15 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             del outs32
         # if what is kept and this check's references for every check left would exceed the
         # budget, from here on none is kept: each is recomputed when compared
-        lazy = lazy or kept + (len(plan) - i) * (_nbytes(outs) + _nbytes(alt)) > budget
+        nbytes = _nbytes(outs) + _nbytes(alt)
+        lazy = lazy or kept + (len(plan) - i) * nbytes > budget
         if lazy:
             del outs, alt
             checks.append(_Check(seed, size, domain, (), (), tol_scale, e32,
                                  recompute=_recompute(sig, ref, policy_ref, seed, size, domain,
                                                       device)))
         else:
-            kept += _nbytes(outs) + _nbytes(alt)
+            kept += nbytes
             checks.append(_Check(seed, size, domain, _to_host(outs, device), alt, tol_scale,
                                  e32))
             del outs
@@ -393,13 +402,10 @@ def _recompute(sig: Signature, ref: Callable, policy_ref: Callable | None, seed:
 
 
 def _device_room(device: str) -> int:
-    """Free bytes on the GPU (0 on the cpu target or where it cannot say)."""
-    try:
-        if device == "cuda" and torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info()[0])
-    except Exception:  # noqa: BLE001 - then the references go to the host
-        pass
-    return 0
+    """Free bytes on the GPU (0 on the cpu target or where it cannot say: the references then
+    go to the host)."""
+    mem = _device_memory(device)
+    return 0 if mem is None else mem[0]
 
 
 @dataclass
@@ -684,7 +690,8 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                   dynamic_sizes=tuple(s for s, _ in size_list) if sig.is_dynamic else (),
                   checks=len(checks))
 
-    tmp_root = Path(work_dir) if work_dir else _memory_dir(sig, checks, device)
+    stream = _output_bytes(sig, checks) >= STREAM_OUTPUT_BYTES
+    tmp_root = Path(work_dir) if work_dir else _memory_dir(sig, checks, device, stream)
     if tmp_root:
         tmp_root.mkdir(parents=True, exist_ok=True)
     job_dir = Path(tempfile.mkdtemp(prefix="kforge-verify-", dir=tmp_root))
@@ -694,7 +701,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                "signature": sig.to_json(),
                "checks": [{"seed": c.seed, "size": c.size, "domain": c.domain} for c in checks],
                "timing": {"reps": timing_reps} if measure else None,
-               "stream": _output_bytes(sig, checks) >= STREAM_OUTPUT_BYTES}
+               "stream": stream}
         (job_dir / "job.json").write_text(json.dumps(job))
         streamed: dict[int, _Comparison] = {}
 
@@ -862,7 +869,7 @@ def _output_bytes(sig, checks) -> int:
                for r in sig.results)
 
 
-def _memory_dir(sig, checks, device: str) -> Path | None:
+def _memory_dir(sig, checks, device: str, stream: bool) -> Path | None:
     """Where the worker's outputs go for a GPU verification: /dev/shm (memory) when it has room
     for them twice over, since a prefill region's gigabytes of outputs written to disk and read
     back took longer than the rest of its verification; else the default temporary directory."""
@@ -872,7 +879,7 @@ def _memory_dir(sig, checks, device: str) -> Path | None:
     # every check's outputs and the timed run's lie there until the worker ends (streamed: one
     # check's and the timed run's)
     one = _output_bytes(sig, checks)
-    need = (2 if one >= STREAM_OUTPUT_BYTES else len(checks) + 1) * one
+    need = (2 if stream else len(checks) + 1) * one
     try:
         st = os.statvfs(shm)
     except OSError:
