@@ -121,19 +121,23 @@ def _read_through_map(t: torch.Tensor, m: AffineMap, grids, n: int) -> torch.Ten
     return v.reshape(list(v.shape) + [1] * (n - v.dim())) if v.dim() < n else v
 
 
-def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out: torch.Tensor,
-                       n: int) -> torch.Tensor:
-    """out[m(p)] = values[p] for every domain point p (values broadcastable over the domain)."""
+def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out, n: int) -> torch.Tensor:
+    """out[m(p)] = values[p] for every domain point p (values broadcastable over the domain).
+    `out` may instead be a function making it, with its (shape, dtype) as `shape_dtype`: it is
+    then called only where an indexed write needs it."""
     domain = [g.shape[i] for i, g in enumerate(grids)]
-    values = values.to(out.dtype)
+    shape, dtype = (tuple(out.shape), out.dtype) if torch.is_tensor(out) else out.shape_dtype
+    values = values.to(dtype)
     if not m.results:
-        return values.expand(domain).reshape(-1)[-1].reshape(out.shape).clone()
+        return values.expand(domain).reshape(-1)[-1].reshape(shape).clone()
     dims = [r.d for r in m.results if isinstance(r, AffineDim)]
     keep = sorted(set(dims))
     if (len(dims) == len(m.results) and len(keep) == len(dims)
             and all(domain[d] == 1 or d in keep for d in range(n))):
         v = values.expand(domain).reshape([domain[d] for d in keep])
-        return v.permute([keep.index(d) for d in dims]).reshape(out.shape).contiguous()
+        return v.permute([keep.index(d) for d in dims]).reshape(shape).contiguous()
+    if not torch.is_tensor(out):
+        out = out()
     index = []
     for r in m.results:
         ix = _eval_affine(r, grids)
@@ -264,6 +268,9 @@ class _Types:
     def __init__(self, float_dtype: torch.dtype | None, operand_format: str | None = None):
         self.float_dtype = float_dtype
         self.operand_format = operand_format
+        # tensor.empty results read only as a linalg.generic's init: made as one NaN broadcast
+        # over the shape (no memory), since the interpreter never writes an init in place
+        self.broadcast_empties: frozenset = frozenset()
 
     def of(self, dtype: str) -> torch.dtype:
         t = torch_dtype(dtype)
@@ -421,7 +428,12 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
         lhs = tensors[ia].to(dt) if tensors[ia].dtype != dt else tensors[ia]
         rhs = tensors[ib].to(dt) if tensors[ib].dtype != dt else tensors[ib]
         prod = torch.einsum(f"{sub(maps[ia])},{sub(maps[ib])}->{sub(maps[2])}", lhs, rhs)
-        return [inits[0].to(dt) + prod]
+        init = inits[0].to(dt)
+        if prod.shape == init.shape and not torch._debug_has_internal_overlap(prod):
+            # in place (IEEE addition commutes: the same bits as init + prod), so that a large
+            # product (an LM head's float64 logits: 26 GB) is not held twice
+            return [prod.add_(init)]
+        return [init + prod]
 
     grids = _grids(sizes, device)
     env_b: dict = {}
@@ -430,9 +442,12 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
             env_b[body.args[i]] = _read_through_map(t.to(types.of_tensor(t)), m, grids, n)
     for d in range(n):
         env_b[("index", d)] = grids[d]
-    outs = [torch.full(tuple(t.shape), float("nan"), dtype=dt, device=device)
-            if dt.is_floating_point else torch.zeros(tuple(t.shape), dtype=dt, device=device)
-            for t, dt in zip(inits, out_types)]
+    def blank(j):
+        t, dt = inits[j], out_types[j]
+        return (torch.full(tuple(t.shape), float("nan"), dtype=dt, device=device)
+                if dt.is_floating_point else torch.zeros(tuple(t.shape), dtype=dt,
+                                                         device=device))
+
     live = [j for j, r in enumerate(op.results) if r in needed]
 
     if not red:
@@ -440,9 +455,17 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
             env_b[body.args[ni + j]] = _read_through_map(init.to(out_types[j]), maps[ni + j],
                                                          grids, n)
         ys = _eval_body(body, env_b, types, device, [body.yields[j] for j in live])
+        del env_b
+        # an output is allocated only where it is written element by element (a map that is
+        # not a permutation): otherwise the body's values become it, and a large elementwise
+        # step holds its inputs and one result, not a NaN-filled copy beside them
+        outs: list = [None] * len(inits)
         for j, y in zip(live, ys):
-            outs[j] = _write_through_map(y, maps[ni + j], grids, outs[j], n)
-        return outs
+            make = lambda j=j: blank(j)                       # noqa: E731
+            make.shape_dtype = (tuple(inits[j].shape), out_types[j])
+            outs[j] = _write_through_map(y, maps[ni + j], grids, make, n)
+        return [o if o is not None else blank(j) for j, o in enumerate(outs)]
+    outs = [blank(j) for j in range(len(inits))]
 
     combiners = {j: recognize_combiner(op, j) for j in live}
     if all(c is not None for c in combiners.values()):
@@ -528,9 +551,11 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
                                     "'dynamic_sizes_from'") from None
                 shape[i] = env[arg].shape[dim]
         dt = types.of(dtype)
-        env[op.results[0]] = (torch.full(shape, float("nan"), dtype=dt, device=device)
-                              if dt.is_floating_point else torch.zeros(shape, dtype=dt,
-                                                                       device=device))
+        fill = float("nan") if dt.is_floating_point else 0
+        if op.results[0] in types.broadcast_empties:
+            env[op.results[0]] = torch.full((), fill, dtype=dt, device=device).expand(shape)
+        else:
+            env[op.results[0]] = torch.full(shape, fill, dtype=dt, device=device)
     elif isinstance(op, ConstantOp):
         shape, dtype = tensor_type(op.results[0])
         dt = types.of(dtype)
@@ -569,6 +594,34 @@ def _needed_values(ops, results) -> set[str]:
     return needed
 
 
+def _init_only_empties(ops, results: set[str]) -> frozenset:
+    """The tensor.empty results that only linalg.generic ops read, and only as inits."""
+    empties = {op.results[0] for op in ops if isinstance(op, EmptyOp)} - results
+    for op in ops:
+        reads = list(getattr(op, "operands", ()))
+        reads += [name for name, _ in (getattr(op, "dynamic_sizes_from", None) or ())]
+        inputs = set(reads[:op.num_inputs]) if isinstance(op, GenericOp) else set(reads)
+        empties -= inputs
+    return frozenset(empties)
+
+
+def _last_uses(ops, keep: set[str]) -> list[list[str]]:
+    """Per op, the values (not in `keep`) whose last reader it is, so that an interpreted
+    region holds only its live values: a chain of large intermediates (a zero-filled
+    accumulator, a transposed weight, a product) is not all alive at once."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        reads = list(getattr(op, "operands", ()))
+        reads += [name for name, _ in (getattr(op, "dynamic_sizes_from", None) or ())]
+        for name in reads:
+            last[name] = i
+    out: list[list[str]] = [[] for _ in ops]
+    for name, i in last.items():
+        if name not in keep:
+            out[i].append(name)
+    return out
+
+
 def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
                  operand_format: str | None = None) -> Callable[..., tuple[torch.Tensor, ...]]:
     """A PyTorch function computing the region: f(*args) -> tuple of results (spec order).
@@ -580,15 +633,19 @@ def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
     types = _Types(dtype, operand_format)
     tensor_types = {t.name: (t.shape, t.dtype) for t in spec.args + spec.values}
     needed = _needed_values(spec.ops, spec.results)
+    run = [op for op in spec.ops if any(r in needed for r in op.results)]
+    dead_after = _last_uses(run, keep={a.name for a in spec.args} | set(spec.results))
+    types.broadcast_empties = _init_only_empties(run, set(spec.results))
 
     def region(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if len(args) != len(spec.args):
             raise TypeError(f"{spec.name} takes {len(spec.args)} arguments, got {len(args)}")
         device = args[0].device if args else torch.device("cpu")
         env = {a.name: t for a, t in zip(spec.args, args)}
-        for op in spec.ops:
-            if any(r in needed for r in op.results):
-                _exec_op(op, env, tensor_types.__getitem__, types, needed, device)
+        for i, op in enumerate(run):
+            _exec_op(op, env, tensor_types.__getitem__, types, needed, device)
+            for name in dead_after[i]:      # a value goes once its last reader has run
+                env.pop(name, None)
         return tuple(env[r] for r in spec.results)
 
     region.__name__ = spec.name
