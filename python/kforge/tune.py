@@ -14,7 +14,7 @@ from kforge.verify.verifier import (VerificationOutOfMemory, VerificationRecord,
                                     is_out_of_memory)
 from kforge.package import (Package, launch_of, open_package, read_manifest, relink,
                             write_manifest)
-from kforge.selection import region_precision, selection_feeders
+from kforge.selection import meets, region_precision, selection_feeders
 
 
 def pending_candidates(package: Package, target: str) -> list[str]:
@@ -63,15 +63,25 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             continue
         status = (entry.get("verification") or {}).get("status")
         precision, why = region_precision(package.precision, feeders, h)
-        if entry.get("precision", package.precision) != precision:
+        held = entry.get("precision", package.precision)
+        if held != precision and status == "verified" and meets(held, precision):
+            # a kernel verified under a stricter policy than the region needs (a strict one
+            # copied into a bf16 package): the policy's own kernel is tried beside it, and
+            # replaces it only where it verifies and is faster
+            fresh = upgraded(package, h, entry, precision, say)
+            if fresh is not None:
+                backups[h] = entry
+                manifest["kernels"][h] = entry = fresh
+                status, renewed = "candidate", True
+        elif held != precision:
             # a package built before kforge.selection: this region feeds a selection op
             fresh = requalified(package, h, entry, precision, why, say)
             if fresh is not None:
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
-        if regenerate and status == "verified" and \
+        if regenerate and status == "verified" and h not in backups and \
                 (h in regenerate or getattr(package.specs[h], "root_kind", "") in regenerate):
-            fresh = upgraded(package, h, entry, entry.get("precision", precision), say)
+            fresh = upgraded(package, h, entry, precision, say)
             if fresh is not None:
                 backups[h] = entry
                 manifest["kernels"][h] = entry = fresh
@@ -192,8 +202,8 @@ def upgraded(package: Package, h: str, entry: dict, precision: str,
     say(f"region {h}: regenerated ({cand.id}); verified again beside the old kernel "
         f"({entry.get('time_ms')} ms)")
     return _as_candidate(package, entry, cand.source, {"reason": "regenerated"},
-                         launch=launch_of(cand.config), candidate_id=cand.id, notes=cand.notes,
-                         time_ms=None)
+                         precision=precision, launch=launch_of(cand.config),
+                         candidate_id=cand.id, notes=cand.notes, time_ms=None)
 
 
 def kept_previous(package: Package, h: str, old: dict, outcome,

@@ -264,9 +264,9 @@ def test_tune_regenerate_keeps_the_old_kernel_unless_the_new_one_is_faster(tmp_p
     from kforge.package import compile_regions
     from kforge.runtime import tune_package
 
-    def older(name, time_ms):
+    def older(name, time_ms, precision="strict", was=None):
         pkg = tmp_path / name
-        compile_regions(TINY, pkg, SynthOptions(target="cpu", rounds=0),
+        compile_regions(TINY, pkg, SynthOptions(target="cpu", rounds=0, precision=precision),
                         weights_path=tiny_weights(tmp_path), model_path=TINY / "model.py")
         manifest = read_manifest(pkg)
         h, entry = next(iter(manifest["kernels"].items()))
@@ -274,6 +274,8 @@ def test_tune_regenerate_keeps_the_old_kernel_unless_the_new_one_is_faster(tmp_p
         src = (pkg / entry["source"]).read_text() + "\n# an older KForge's kernel\n"
         (pkg / entry["source"]).write_text(src)
         entry.update(sha256=hashlib.sha256(src.encode()).hexdigest(), time_ms=time_ms)
+        if was:
+            entry["precision"] = was
         write_manifest(pkg, manifest)
         return pkg, h, src
 
@@ -295,3 +297,15 @@ def test_tune_regenerate_keeps_the_old_kernel_unless_the_new_one_is_faster(tmp_p
 
     # nothing to regenerate where the source is the one this KForge generates
     assert tune_package(pkg, regenerate=("no-such-kind",)) == {}
+
+    # a strict kernel in a bf16 package (copied from a strict package: it meets bf16) is kept
+    # while the region's own bf16 kernel is tried beside it, by any tune: taken where faster,
+    # else the strict one stays
+    pkg, h, old = older("copied", 1e9, precision="bf16", was="strict")
+    assert tune_package(pkg)[h] == "verified"
+    assert read_manifest(pkg)["kernels"][h]["precision"] == "bf16"
+    pkg, h, old = older("copied-kept", 1e-9, precision="bf16", was="strict")
+    assert tune_package(pkg)[h] == "verified"
+    entry = read_manifest(pkg)["kernels"][h]
+    assert entry["precision"] == "strict" and (pkg / entry["source"]).read_text() == old
+    assert entry["regenerated"]["status"] == "verified"
