@@ -121,12 +121,14 @@ def _read_through_map(t: torch.Tensor, m: AffineMap, grids, n: int) -> torch.Ten
     return v.reshape(list(v.shape) + [1] * (n - v.dim())) if v.dim() < n else v
 
 
-def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out, n: int) -> torch.Tensor:
+def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out, n: int, *,
+                       shape=None, dtype=None) -> torch.Tensor:
     """out[m(p)] = values[p] for every domain point p (values broadcastable over the domain).
-    `out` may instead be a function making it, with its (shape, dtype) as `shape_dtype`: it is
-    then called only where an indexed write needs it."""
+    `out` may instead be a function making it, given with its `shape` and `dtype`: it is then
+    called only where an indexed write needs it."""
     domain = [g.shape[i] for i, g in enumerate(grids)]
-    shape, dtype = (tuple(out.shape), out.dtype) if torch.is_tensor(out) else out.shape_dtype
+    if torch.is_tensor(out):
+        shape, dtype = tuple(out.shape), out.dtype
     values = values.to(dtype)
     if not m.results:
         return values.expand(domain).reshape(-1)[-1].reshape(shape).clone()
@@ -461,9 +463,8 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
         # step holds its inputs and one result, not a NaN-filled copy beside them
         outs: list = [None] * len(inits)
         for j, y in zip(live, ys):
-            make = lambda j=j: blank(j)                       # noqa: E731
-            make.shape_dtype = (tuple(inits[j].shape), out_types[j])
-            outs[j] = _write_through_map(y, maps[ni + j], grids, make, n)
+            outs[j] = _write_through_map(y, maps[ni + j], grids, lambda j=j: blank(j), n,
+                                         shape=tuple(inits[j].shape), dtype=out_types[j])
         return [o if o is not None else blank(j) for j, o in enumerate(outs)]
     outs = [blank(j) for j in range(len(inits))]
 
@@ -594,14 +595,18 @@ def _needed_values(ops, results) -> set[str]:
     return needed
 
 
+def _reads(op) -> list[str]:
+    """The values an op record reads: its operands, and an empty's dynamic sizes' sources."""
+    return list(getattr(op, "operands", ())) + \
+        [name for name, _ in (getattr(op, "dynamic_sizes_from", None) or ())]
+
+
 def _init_only_empties(ops, results: set[str]) -> frozenset:
     """The tensor.empty results that only linalg.generic ops read, and only as inits."""
     empties = {op.results[0] for op in ops if isinstance(op, EmptyOp)} - results
     for op in ops:
-        reads = list(getattr(op, "operands", ()))
-        reads += [name for name, _ in (getattr(op, "dynamic_sizes_from", None) or ())]
-        inputs = set(reads[:op.num_inputs]) if isinstance(op, GenericOp) else set(reads)
-        empties -= inputs
+        reads = _reads(op)
+        empties -= set(reads[:op.num_inputs]) if isinstance(op, GenericOp) else set(reads)
     return frozenset(empties)
 
 
@@ -611,9 +616,7 @@ def _last_uses(ops, keep: set[str]) -> list[list[str]]:
     accumulator, a transposed weight, a product) is not all alive at once."""
     last: dict[str, int] = {}
     for i, op in enumerate(ops):
-        reads = list(getattr(op, "operands", ()))
-        reads += [name for name, _ in (getattr(op, "dynamic_sizes_from", None) or ())]
-        for name in reads:
+        for name in _reads(op):
             last[name] = i
     out: list[list[str]] = [[] for _ in ops]
     for name, i in last.items():

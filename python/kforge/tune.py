@@ -176,29 +176,35 @@ def regenerated(package: Package, h: str, entry: dict,
     return _as_candidate(package, entry, fresh[0].source, {"reason": "regenerated"})
 
 
+def _first_builtin(package: Package, h: str, precision: str):
+    """The first kernel of the builtin's space for region `h` under `precision` (a Candidate),
+    or None where the builtin cannot generate one."""
+    from kforge.providers.builtin import candidates, config_space
+    from kforge.providers.builtin.emitter import CannotGenerate
+    spec = package.specs[h]
+    try:
+        fresh = candidates(spec, package.target, precision,
+                           config_space(spec, package.target, precision)[:1])
+    except CannotGenerate:
+        return None
+    return fresh[0] if fresh else None
+
+
 def upgraded(package: Package, h: str, entry: dict, precision: str,
              say: Callable[[str], None]) -> dict | None:
     """A verified builtin entry as a candidate with the first kernel of this KForge's space for
     the region (`tune_package(regenerate=...)`), the old source kept as kernel.previous.py; None
     where that kernel is the one the package has, or the builtin cannot generate one."""
     from kforge.cache import atomic_write_text
-    from kforge.providers.builtin import candidates, config_space
-    from kforge.providers.builtin.emitter import CannotGenerate
     if entry.get("provider") != "builtin":
         return None
-    spec = package.specs[h]
-    try:
-        fresh = candidates(spec, package.target, precision,
-                           config_space(spec, package.target, precision)[:1])
-    except CannotGenerate:
-        fresh = []
+    cand = _first_builtin(package, h, precision)
     path = package.root / entry["source"]
     old = path.read_text() if path.is_file() else ""
-    if not fresh or fresh[0].source == old:
+    if cand is None or cand.source == old:
         say(f"region {h}: this KForge generates the kernel it has; kept")
         return None
     atomic_write_text(path.with_name("kernel.previous.py"), old)
-    cand = fresh[0]
     say(f"region {h}: regenerated ({cand.id}); verified again beside the old kernel "
         f"({entry.get('time_ms')} ms)")
     return _as_candidate(package, entry, cand.source, {"reason": "regenerated"},
@@ -214,18 +220,18 @@ def kept_previous(package: Package, h: str, old: dict, outcome,
     new = outcome.entry if not outcome.error else None
     status = ((new or {}).get("verification") or {}).get("status")
     new_ms, old_ms = (new or {}).get("time_ms"), old.get("time_ms")
+    previous = package.root / old["source"]
+    backup = previous.with_name("kernel.previous.py")
     if status == "verified" and (old_ms is None or (new_ms is not None and new_ms < old_ms)):
         say(f"region {h}: the regenerated kernel verified at {new_ms} ms "
             f"(was {old_ms} ms): it replaces the old one")
-        (package.root / old["source"]).with_name("kernel.previous.py").unlink(missing_ok=True)
+        backup.unlink(missing_ok=True)
         return False
     if status == "verified":
         why = f"{new_ms} ms, not faster than {old_ms} ms"
     else:
         why = outcome.error or status or "no result"
     say(f"region {h}: the regenerated kernel is not taken ({why}); the old one is restored")
-    previous = package.root / old["source"]
-    backup = previous.with_name("kernel.previous.py")
     if backup.is_file():
         atomic_write_text(previous, backup.read_text())
     old["regenerated"] = {"status": status or "failed", "time_ms": new_ms,
@@ -241,20 +247,12 @@ def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
     kforge.selection), as a candidate under `precision`: the first kernel of the builtin's space
     for it, written into the package; None for another provider's kernel or a region the
     builtin cannot generate."""
-    from kforge.providers.builtin import candidates, config_space
-    from kforge.providers.builtin.emitter import CannotGenerate
     if entry.get("provider") != "builtin":
         return None
-    spec = package.specs[h]
-    try:
-        fresh = candidates(spec, package.target, precision,
-                           config_space(spec, package.target, precision)[:1])
-    except CannotGenerate:
-        fresh = []
-    if not fresh:
+    cand = _first_builtin(package, h, precision)
+    if cand is None:
         say(f"region {h}: {why}; the builtin generates no {precision} kernel for it")
         return None
-    cand = fresh[0]
     say(f"region {h}: {why}; a {precision} kernel generated, to verify")
     return _as_candidate(package, entry, cand.source,
                          {"reason": "requalified", "precision_reason": why},

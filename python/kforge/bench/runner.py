@@ -160,14 +160,20 @@ def _within(out, ref, atol, rtol, scaled: bool) -> bool:
     for o, r in _pairs(out, ref):
         if not torch.isfinite(o).all():
             return False
-        scale = 1.0
-        if scaled and r.numel():
-            sq = sum(rc.pow(2).sum().item() for _, rc in chunks(r, device=o.device))
-            scale = max(1.0, (sq / r.numel()) ** 0.5)
+        scale = _rms_scale(r, o.device) if scaled else 1.0
         for _, oc, rc in chunks(o, r, device=o.device):
             if not ((oc - rc).abs() <= atol * scale + rtol * rc.abs()).all():
                 return False
     return True
+
+
+def _rms_scale(r, device) -> float:
+    """max(1, RMS(r)), the factor the scaled rule multiplies atol by; a chunk at a time."""
+    from kforge.verify.contract import chunks
+    if not r.numel():
+        return 1.0
+    sq = sum(rc.pow(2).sum().item() for _, rc in chunks(r, device=device))
+    return max(1.0, (sq / r.numel()) ** 0.5)
 
 
 def _rows_outside(out, ref, atol, rtol) -> tuple[int, int]:
@@ -183,8 +189,7 @@ def _rows_outside(out, ref, atol, rtol) -> tuple[int, int]:
             continue
         width = max(1, o.shape[-1])
         o2, r2 = o.reshape(-1, width), r.reshape(-1, width)
-        sq = sum(rc.pow(2).sum().item() for _, rc in _row_blocks(r2, o.device))
-        scale = max(1.0, (sq / max(1, r2.numel())) ** 0.5)
+        scale = _rms_scale(r, o.device)
         for (_, oc), (_, rc) in zip(_row_blocks(o2, o.device), _row_blocks(r2, o.device)):
             far = ~((oc - rc).abs() <= atol * scale + rtol * rc.abs())
             bad += int(far.any(dim=1).sum().item())

@@ -29,7 +29,8 @@ Precision (`dot_precision`): "ieee" multiplies fp32 operands through `fp32_dot`:
 * "fp16x3" (fp32-accurate, on fp16 tensor cores at twice the TF32 rate; kforge.kernels.gemm's
   strict scheme): `prepare_weights` stores each expert's w1 and w2 as fp16 hi + lo planes of
   w * 2**(15 - e_n), e_n the exponent of column n's largest magnitude, with e_n - 15 in a last
-  row ([E, 2K + 1, N] fp16); a row pass (`_moe_rows16`) does the same for x and for h per row.
+  row ([E, 2K + 1, N] fp16); kforge.kernels.gemm's fp16x3 row pass does the same for x and
+  for h per row.
   Each K step takes a_lo@b_hi + a_hi@b_lo + a_hi@b_hi into a fresh accumulator that is added to
   the running fp32 sum; the power-of-two scales are undone exactly in the epilogue. The up
   projection loads gate and up columns as one contiguous [BLOCK_K, 2 * BLOCK_N] tile and splits
@@ -44,13 +45,14 @@ from __future__ import annotations
 import textwrap
 
 from kforge.kernels.attention import MMA_SOURCE
+from kforge.kernels.gemm import _PREP_ROWS_FP16
 
 ACTIVATIONS = {"gpt_oss": 0, "swiglu": 1}
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 DOT_PRECISIONS = ("ieee", "tf32", "bf16")
 FP32_DOTS = ("fp16x3", "tf32x3", "ieee")
 
-_KERNELS = MMA_SOURCE + '''
+_KERNELS = MMA_SOURCE + _PREP_ROWS_FP16.format(name="_moe") + '''
 
 @triton.jit
 def _moe_route(INDEX, COUNTS, OFFSETS, SORTED, NPAIRS, BLOCK_P: tl.constexpr):
@@ -186,34 +188,6 @@ def _moe_down(H1, W2, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, HID, INTER,
 
 
 @triton.jit
-def _moe_rows16(X, Y, S, R, C, sxr, sxc, BLOCK: tl.constexpr):
-    """Row r of X [R, C] -> Y[0, r], Y[1, r]: fp16 hi, lo of x * 2**(15 - e_r) (|x| < 2**e_r on
-    the row: no fp16 overflow, lo far above the subnormals); S[r] = 2**(e_r - 15)."""
-    r = tl.program_id(0)
-    xrow = X + r.to(tl.int64) * sxr
-    amax = tl.zeros([BLOCK], dtype=tl.float32)
-    for c0 in range(0, C, BLOCK):
-        offs = c0 + tl.arange(0, BLOCK)
-        amax = tl.maximum(amax, tl.abs(tl.load(xrow + offs * sxc, mask=offs < C,
-                                               other=0.0).to(tl.float32)))
-    m = tl.max(amax, 0)
-    ex = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126      # m < 2**ex (normal m)
-    ex = tl.minimum(tl.maximum(ex, -100), 100)
-    ex = tl.where(m > 0, ex, 0)
-    scale = ((127 + 15 - ex) << 23).to(tl.float32, bitcast=True)
-    tl.store(S + r, ((127 - 15 + ex) << 23).to(tl.float32, bitcast=True))
-    yrow = Y + r.to(tl.int64) * C
-    plane = R.to(tl.int64) * C
-    for c0 in range(0, C, BLOCK):
-        offs = c0 + tl.arange(0, BLOCK)
-        mask = offs < C
-        x = tl.load(xrow + offs * sxc, mask=mask, other=0.0).to(tl.float32) * scale
-        hi = x.to(tl.float16)
-        tl.store(yrow + offs, hi, mask=mask)
-        tl.store(yrow + plane + offs, (x - hi.to(tl.float32)).to(tl.float16), mask=mask)
-
-
-@triton.jit
 def _moe_split_w(W, OUT, KR, N, swe, swk, swn, BLOCK: tl.constexpr):
     """Expert e's weight [K, N] -> OUT[e] [2K + 1, N] fp16: rows 0..K-1 hi, K..2K-1 lo of
     w * 2**(15 - e_n) (max |w[:, n]| < 2**e_n), row 2K e_n - 15 (a small integer, exact)."""
@@ -254,6 +228,26 @@ def _mma3(a_hi, a_lo, b_hi, b_lo, INTERP: tl.constexpr):
 
 
 @triton.jit
+def _planes_dot(A, LO_A, a_rows, row_ok, B, LO_B, LDB, cols, col_ok, KDIM, acc,
+                BLOCK_K: tl.constexpr, INTERP: tl.constexpr):
+    """acc + A[a_rows, :] @ B[:, cols] over K = KDIM, both operands as fp16 hi/lo planes (the
+    lo plane LO_A / LO_B elements after the hi one; A's rows KDIM long, B's LDB)."""
+    for k0 in range(0, KDIM, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < KDIM
+        am = row_ok[:, None] & k_ok[None, :]
+        ao = a_rows[:, None] * KDIM + ks[None, :]
+        a_hi = tl.load(A + ao, mask=am, other=0.0)
+        a_lo = tl.load(A + LO_A + ao, mask=am, other=0.0)
+        bm = k_ok[:, None] & col_ok[None, :]
+        bo = ks[:, None] * LDB + cols[None, :]
+        b_hi = tl.load(B + bo, mask=bm, other=0.0)
+        b_lo = tl.load(B + LO_B + bo, mask=bm, other=0.0)
+        acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
+    return acc
+
+
+@triton.jit
 def _col_scale(W, ROW, cols, col_ok):
     """2**(e_n - 15) of each column, from the exponent row of a prepared weight."""
     ex = tl.load(W + ROW + cols, mask=col_ok, other=0.0).to(tl.int32)
@@ -282,19 +276,8 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, sbe
         wb = W1P + e.to(tl.int64) * (2 * HID + 1) * W
         lo_w = HID.to(tl.int64) * W
         lo_x = T.to(tl.int64) * HID
-        acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, HID, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < HID
-            am = row_ok[:, None] & k_ok[None, :]
-            xo = tok[:, None] * HID + ks[None, :]
-            a_hi = tl.load(XP + xo, mask=am, other=0.0)
-            a_lo = tl.load(XP + lo_x + xo, mask=am, other=0.0)
-            wm = k_ok[:, None] & col_ok[None, :]
-            wo = ks[:, None] * W + cols[None, :]
-            b_hi = tl.load(wb + wo, mask=wm, other=0.0)
-            b_lo = tl.load(wb + lo_w + wo, mask=wm, other=0.0)
-            acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
+        acc = _planes_dot(XP, lo_x, tok, row_ok, wb, lo_w, W, cols, col_ok, HID,
+                          tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), BLOCK_K, INTERP)
         sx = tl.load(SX + tok, mask=row_ok, other=0.0)
         sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
         b = tl.load(B1 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
@@ -324,19 +307,8 @@ def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, H
         wb = W2P + e.to(tl.int64) * (2 * INTER + 1) * HID
         lo_w = INTER.to(tl.int64) * HID
         lo_h = NPAIRS.to(tl.int64) * INTER
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, INTER, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < INTER
-            am = row_ok[:, None] & k_ok[None, :]
-            ho = h_rows[:, None] * INTER + ks[None, :]
-            a_hi = tl.load(HP + ho, mask=am, other=0.0)
-            a_lo = tl.load(HP + lo_h + ho, mask=am, other=0.0)
-            wm = k_ok[:, None] & col_ok[None, :]
-            wo = ks[:, None] * HID + cols[None, :]
-            b_hi = tl.load(wb + wo, mask=wm, other=0.0)
-            b_lo = tl.load(wb + lo_w + wo, mask=wm, other=0.0)
-            acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
+        acc = _planes_dot(HP, lo_h, h_rows, row_ok, wb, lo_w, HID, cols, col_ok, INTER,
+                          tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_K, INTERP)
         sh = tl.load(SH + h_rows, mask=row_ok, other=0.0)
         sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
         b = tl.load(B2 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
@@ -423,9 +395,10 @@ def launch(x, index, weight, w1, b1, w2, b2):
         # here, at every call
         w1p = w1 if _prepared(w1) else _split16(w1)
         w2p = w2 if _prepared(w2) else _split16(w2)
+        x = x.contiguous()               # the row pass reads rows of unit stride
         xp = torch.empty((2, T, HID), dtype=torch.float16, device=dev)
         sx = torch.empty(T, dtype=torch.float32, device=dev)
-        _moe_rows16[(T,)](x, xp, sx, T, HID, x.stride(0), x.stride(1), BLOCK=BLOCK_R)
+        _moe_prep_a_fp16[(T,)](x, xp, sx, T, HID, x.stride(0), BLOCK=BLOCK_R)
         h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
         _moe_up3[(tiles, triton.cdiv(INTER, BLOCK_N))](
             xp, sx, w1p, b1, order, counts, offsets, h, E, T, HID, INTER,
@@ -434,8 +407,7 @@ def launch(x, index, weight, w1, b1, w2, b2):
             num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         hp = torch.empty((2, npairs, INTER), dtype=torch.float16, device=dev)
         sh = torch.empty(npairs, dtype=torch.float32, device=dev)
-        _moe_rows16[(npairs,)](h, hp, sh, npairs, INTER, h.stride(0), h.stride(1),
-                               BLOCK=BLOCK_R)
+        _moe_prep_a_fp16[(npairs,)](h, hp, sh, npairs, INTER, h.stride(0), BLOCK=BLOCK_R)
         del h
         y = torch.empty((npairs, HID), dtype=torch.float32, device=dev)
         _moe_down3[(tiles, triton.cdiv(HID, 2 * BLOCK_N))](
