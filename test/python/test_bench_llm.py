@@ -171,3 +171,34 @@ def test_where_the_time_goes_names_the_kernels_kinds_and_the_launch_gaps():
     assert text.startswith("gemm 50%, attention 20%, rows 3%"), text
     assert "step by step 11.6 ms, timed 3.41 ms" in text
     assert report._kernel_kinds({"info": {}}) == "–"
+
+
+def test_the_float64_reference_of_an_llm_runs_a_part_of_the_batch_at_a_time_when_memory_is_short():
+    """gpt-oss-20b prefill's float64 copy ran out of GPU memory (attention scores of 8 x 64
+    heads x 2048^2 in float64 are 17 GB a layer): an LLM workload declares its sequences
+    independent, and the strict contract's reference then runs on halves, quarters, ... of the
+    batch, with the same result. A model that does not declare it gets the error."""
+    from kforge.bench import runner
+    (prefill, _) = discover([str(GPT_OSS)])
+    model, (ids,) = prefill.instantiate("smoke", "cpu")
+    assert model.BATCH_SEPARABLE and ids.shape[0] == 2
+    model64 = model.double()
+    ids = torch.cat([ids, ids.flip(0), ids[:1]])          # 5 sequences
+    with torch.no_grad():
+        whole = model64(ids)
+    seen = []
+
+    def short_of_memory(x):                               # the device holds one sequence
+        seen.append(x.shape[0])
+        if x.shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 17.00 GiB")
+        return model64(x)
+
+    with torch.no_grad():
+        parts = runner._rows_on_device(short_of_memory, [ids], separable=True)
+    assert seen == [5, 3, 2, 1, 1, 1, 1, 1]               # whole, halves, quarters, ones
+    assert parts.dtype == torch.float64 and torch.equal(parts, whole)
+    with pytest.raises(torch.OutOfMemoryError):
+        runner._rows_on_device(short_of_memory, [ids], separable=False)
+    with pytest.raises(ValueError):                       # not a memory error: not retried
+        runner._rows_on_device(lambda x: (_ for _ in ()).throw(ValueError("shape")), [ids], True)
