@@ -11,9 +11,14 @@ nn.Linear product (and of the MoE experts' products, gpt-oss) rounded first. Sch
     none     as fp32
 
 The report is the bf16 policy's check of `kforge bench`: |out - ref| against
-1e-2 x max(1, RMS(ref)) + 1e-2 x |ref|, its worst ratio and the rows (sequences) over it.
+1e-2 x max(1, RMS(ref)) + 1e-2 x |ref|, its worst ratio and the rows (sequences, tokens) over
+it; for gpt-oss also, per router, the tokens that chose other experts than the fp32 run and the
+fp32 run's top-k margin there (a near-tie flipped by rounding has a margin near the change of
+the router's logits).
 
     python benchmarks/llm/emulate_rounding.py llama3_8b --modes bf16,fp16x1
+    python benchmarks/llm/emulate_rounding.py llama3_8b --phase prefill --batch 1 \\
+        --modes fp16x1,linear=fp16x1:head=none,linear=none:head=fp16x1
     python benchmarks/llm/emulate_rounding.py gpt_oss_20b --layers 2 --vocab 32000 \\
         --modes linear=fp16x1:moe=bf16,linear=f64:moe=f64:router=f64
 
@@ -108,6 +113,42 @@ def install(mode: dict, router_rows: int | None, vocab: int) -> None:
     oss.GptOssExperts.forward = experts
 
 
+class RouterLog:
+    """Every gpt-oss router's logits and top-k choice in one forward pass (forward hooks)."""
+
+    def __init__(self, model):
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.handles = [m.register_forward_hook(self._hook) for m in model.modules()
+                        if type(m).__name__.endswith("TopKRouter")]
+
+    def _hook(self, module, args, out):
+        logits, _, indices = out
+        self.calls.append((logits.detach().clone(), indices.detach().clone()))
+
+    def take(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def route_flips(ref_calls, calls, top_k: int) -> list[str]:
+    """Per router (layer): tokens whose set of experts differs from the reference run's, and
+    the reference's margin there (its k-th minus its (k+1)-th router logit) against the
+    median margin over all tokens and the largest change of a router logit between the runs."""
+    lines = []
+    for layer, ((ref_logits, ref_idx), (logits, idx)) in enumerate(zip(ref_calls, calls)):
+        same = torch.sort(ref_idx, -1).values.eq(torch.sort(idx, -1).values).all(-1)
+        top = torch.topk(ref_logits, top_k + 1, dim=-1).values
+        margin = top[:, top_k - 1] - top[:, top_k]
+        flipped = (~same).nonzero().flatten()
+        moved = (logits - ref_logits).abs().max().item()
+        text = ", ".join(f"{margin[t].item():.2e}" for t in flipped[:8])
+        lines.append(f"  router {layer}: {len(flipped)} of {len(same)} tokens chose other "
+                     f"experts (their margins {text or '-'}); median margin "
+                     f"{margin.median().item():.2e}, smallest {margin.min().item():.2e}; "
+                     f"router logits moved by up to {moved:.2e}")
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,12 +158,16 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=None,
                    help="a smaller vocabulary, to fit the CPU's memory (the error of a logit "
                         "does not depend on how many there are)")
+    p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    p.add_argument("--batch", type=int, default=None, help="KFORGE_LLM_BATCH (default: row's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    os.environ.update(KFORGE_ZOO_SIZE="real", KFORGE_LLM_PHASE="decode")
+    os.environ.update(KFORGE_ZOO_SIZE="real", KFORGE_LLM_PHASE=args.phase)
     if args.layers:
         os.environ["KFORGE_LLM_LAYERS"] = str(args.layers)
+    if args.batch:
+        os.environ["KFORGE_LLM_BATCH"] = str(args.batch)
     sys.path[:0] = [str(ROOT / "python"), str(ROOT / "benchmarks" / "models")]
     torch.set_num_threads(args.threads)
     module = __import__(args.model)
@@ -133,12 +178,15 @@ def main(argv=None) -> int:
     inputs = module.get_inputs()
     experts = getattr(model.config, "num_local_experts", None)
     modes = [parse_mode(m) for m in args.modes.split(",") if m]
+    routers = RouterLog(model) if experts is not None else None
     with torch.no_grad():
         install(parse_mode("none"), experts, model.config.vocab_size)
         t0 = time.perf_counter()
         ref = model(*inputs)
+        ref_routes = routers.take() if routers else []
         rms = ref.pow(2).mean().sqrt().item()
-        print(f"{args.model} decode, {model.config.num_hidden_layers} layers: fp32 in "
+        print(f"{args.model} {args.phase}, {model.config.num_hidden_layers} layers, inputs "
+              f"{[tuple(x.shape) for x in inputs][:1]}: fp32 in "
               f"{time.perf_counter() - t0:.1f} s; logits RMS {rms:.3f}, max |ref| "
               f"{ref.abs().max().item():.3f}", flush=True)
         tol = 0.01 * max(1.0, rms) + 0.01 * ref.abs()
@@ -146,11 +194,15 @@ def main(argv=None) -> int:
             install(mode, experts, model.config.vocab_size)
             err = (model(*inputs) - ref).abs()
             rows = int((err > tol).flatten(1).any(-1).sum())
+            tokens = int((err > tol).reshape(-1, err.shape[-1]).any(-1).sum())
             name = ", ".join(f"{k} {v}" for k, v in mode.items()
                              if experts is not None or k == "linear")
             print(f"{name}: max abs {err.max().item():.4f}, worst / tolerance "
                   f"{(err / tol).max().item():.2f}, sequences over it {rows} of "
-                  f"{err.shape[0]}", flush=True)
+                  f"{err.shape[0]}, tokens {tokens} of {err[..., 0].numel()}", flush=True)
+            if routers:
+                print("\n".join(route_flips(ref_routes, routers.take(),
+                                             model.config.num_experts_per_tok)), flush=True)
     return 0
 
 

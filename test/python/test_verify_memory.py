@@ -337,7 +337,7 @@ def test_streamed_outputs_are_compared_as_the_worker_goes(monkeypatch, matmul_bi
     seen = []
 
     def compare(outs, c, sig, policy, device="cpu"):
-        seen.append(sorted(p.name for p in Path(tempfile_dirs[-1]).glob("outputs_*.pt")))
+        seen.append(sorted(p.name for p in Path(tempfile_dirs[-1]).glob("outputs_*")))
         return real(outs, c, sig, policy, device)
 
     tempfile_dirs = []
@@ -353,8 +353,10 @@ def test_streamed_outputs_are_compared_as_the_worker_goes(monkeypatch, matmul_bi
     assert record.status == "verified", record.message
     assert record.stage_s.get("worker_wait") is not None
     # every check's comparison saw its own outputs only (the timed run's is compared last)
-    assert [len(s) for s in seen[:record.checks]] == [1] * record.checks
-    assert seen[:record.checks] == [[f"outputs_{i}.pt"] for i in range(record.checks)]
+    assert [len(s) for s in seen[:record.checks]] == [2] * record.checks
+    # the list and its one output's raw bytes
+    assert seen[:record.checks] == [[f"outputs_{i}.pt", f"outputs_{i}.pt.0"]
+                                    for i in range(record.checks)]
 
     wrong = source.replace("acc += bias[None, :]", "acc += bias[None, :] * 1.01")
     record = verify_candidate(spec, wrong, "cpu", "strict")
@@ -382,3 +384,35 @@ def test_the_parents_comparison_time_does_not_count_against_the_worker(tmp_path,
     # without the parent's work the same worker is over its limit
     run = sandbox.run_worker(tmp_path, "cpu", 0.6, None, lambda: None)
     assert run.timed_out
+
+
+def test_worker_outputs_travel_as_raw_bytes_and_a_forged_list_is_refused(tmp_path):
+    """The worker writes each output's bytes raw beside a JSON list (a prefill LM head's 13 GB
+    of logits took a minute to torch.save and load); the parent maps them back bit for bit,
+    every dtype and shape, and refuses a list that points outside the job or lies about sizes.
+    torch.save'd lists (older workers) still load."""
+    outs = [torch.randn(3, 5), torch.randn(4).to(torch.bfloat16), torch.tensor(2.5),
+            torch.zeros(0, 3), torch.rand(6) > 0.5, torch.arange(7)]
+    metas = []
+    for k, o in enumerate(outs):
+        (tmp_path / f"o.pt.{k}").write_bytes(o.reshape(-1).view(torch.uint8).numpy().tobytes()
+                                             if o.numel() else b"")
+        metas.append({"shape": list(o.shape), "dtype": str(o.dtype)[6:], "file": f"o.pt.{k}"})
+    (tmp_path / "o.pt").write_text(json.dumps(metas))
+    back = verifier.load_outputs(tmp_path / "o.pt")
+    assert [(b.dtype, b.shape) for b in back] == [(o.dtype, o.shape) for o in outs]
+    assert all(torch.equal(b, o) for b, o in zip(back, outs))
+    verifier.remove_outputs(tmp_path / "o.pt")
+    assert list(tmp_path.iterdir()) == []
+
+    (tmp_path / "job").mkdir()
+    (tmp_path / "secret.0").write_bytes(b"\0" * 8)
+    for forged, err in ((dict(shape=[2], dtype="float32", file="../secret.0"), FileNotFoundError),
+                        (dict(shape=[2], dtype="Tensor", file="x.0"), ValueError),
+                        (dict(shape=[3], dtype="float32", file="x.0"), ValueError)):
+        (tmp_path / "job" / "x.0").write_bytes(b"\0" * 8)
+        (tmp_path / "job" / "x.pt").write_text(json.dumps([forged]))
+        with pytest.raises(err):
+            verifier.load_outputs(tmp_path / "job" / "x.pt")
+    torch.save([outs[0]], tmp_path / "old.pt")
+    assert torch.equal(verifier.load_outputs(tmp_path / "old.pt")[0], outs[0])

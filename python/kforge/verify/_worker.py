@@ -3,7 +3,8 @@
 Started by kforge.verify.sandbox as `python _worker.py JOB_DIR` (a script, so the `kforge`
 package is never imported here and a candidate cannot reach KForge's reference). It reads
 job.json, regenerates each check's inputs from its seed (kforge/verify/inputs.py, loaded by
-path), runs the candidate and writes what it observed: outputs_<i>.pt (the results, on the CPU),
+path), runs the candidate and writes what it observed: outputs_<i>.pt (the results: a JSON list
+of raw byte files beside it, kforge.verify.verifier.load_outputs),
 result.json (launch counts, torch ops seen during launch, inputs modified, timing, errors). It
 never decides whether the candidate is correct: the parent compares the outputs with the
 reference it computed itself.
@@ -275,14 +276,26 @@ def main() -> int:
         if not isinstance(outs, (tuple, list)) or \
                 not all(isinstance(o, torch.Tensor) for o in outs):
             raise TypeError(f"launch must return a tuple of tensors, got {type(outs).__name__}")
-        # one copy on the host (to("cpu") alone would keep a CPU view's whole storage), written
-        # under a temporary name and renamed, so that a parent reading as the worker goes on
-        # (job["stream"]) never sees half a file
+        # one contiguous copy on the host per output (to("cpu") alone would keep a CPU view's
+        # whole storage), its bytes written raw to NAME.<k> and the list of them to NAME as
+        # JSON, last and under a temporary name renamed, so that a parent reading as the worker
+        # goes on (job["stream"]) never sees half of it. Raw bytes, not torch.save: a prefill
+        # LM head's 13 GB of logits took a minute to save and load as a zip (H200, 2026-12-03).
+        metas = []
+        for k, o in enumerate(outs):
+            meta = {"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", ""),
+                    "device": str(o.device), "file": f"{name}.{k}"}
+            host = o.detach().to("cpu", copy=True).contiguous().reshape(-1)
+            with open(os.path.join(JOB, meta["file"]), "wb") as f:
+                if host.numel():
+                    f.write(memoryview(host.view(torch.uint8).numpy()))
+            del host
+            metas.append(meta)
         part = os.path.join(JOB, name + ".part")
-        torch.save([o.detach().to("cpu", copy=True) for o in outs], part)
+        with open(part, "w") as f:
+            json.dump(metas, f)
         os.replace(part, os.path.join(JOB, name))
-        return [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", ""),
-                 "device": str(o.device)} for o in outs]
+        return [{k: v for k, v in m.items() if k != "file"} for m in metas]
 
     out_bytes = sum(4 * math.prod(r.concrete(max(c["size"] for c in job["checks"])))
                     for r in sig.results)

@@ -712,12 +712,12 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                 path = job_dir / f"outputs_{i}.pt"
                 if i in streamed or not path.exists():
                     continue
-                outs = torch.load(path, weights_only=True)
+                outs = load_outputs(path)
                 streamed[i] = _on_device_memory(
                     lambda: _compare_check(outs, c, sig, policy, device), device, region,
                     f"comparing check {i + 1}")
                 del outs
-                path.unlink()
+                remove_outputs(path)
         limit = timeout_s or DEFAULT_TIMEOUT_S.get(tname, 120.0)
         t0 = time.monotonic()
         for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
@@ -737,7 +737,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                     f"region {region}: the sandboxed run of the candidate ran out of {device} "
                     f"memory {len(OOM_RETRY_WAITS_S) + 1} times{_free_memory_text(device)}: "
                     f"{err.get('type')}: {str(err.get('message', ''))[:300]}")
-            for f in job_dir.glob("outputs_*.pt"):
+            for f in job_dir.glob("outputs_*"):
                 f.unlink()
             (job_dir / "result.json").unlink(missing_ok=True)
             _release(device)
@@ -783,7 +783,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
             if i in streamed:
                 cmp = streamed[i]
             else:
-                outs = torch.load(job_dir / f"outputs_{i}.pt", weights_only=True)
+                outs = load_outputs(job_dir / f"outputs_{i}.pt")
                 cmp = _on_device_memory(lambda: _compare_check(outs, c, sig, policy, device),
                                         device, region, f"comparing check {i + 1}")
                 del outs
@@ -815,7 +815,7 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
         time_ms = noise = lo = hi = None
         timing = result.get("timing")
         if measure and timing:
-            outs = torch.load(job_dir / "outputs_timed.pt", weights_only=True)
+            outs = load_outputs(job_dir / "outputs_timed.pt")
             cmp = _on_device_memory(lambda: _compare_check(outs, checks[0], sig, policy, device),
                                     device, region, "comparing the timed run's results")
             if not cmp.ok:
@@ -885,6 +885,38 @@ def _memory_dir(sig, checks, device: str, stream: bool) -> Path | None:
     except OSError:
         return None
     return shm if st.f_bavail * st.f_frsize > 2 * need + (256 << 20) else None
+
+
+def load_outputs(path: Path) -> list[torch.Tensor]:
+    """A worker's outputs file (kforge/verify/_worker.py): a JSON list of {shape, dtype, file},
+    each file an output's raw bytes beside it, mapped rather than read (torch.from_file); a
+    torch.save'd list, as workers wrote before, is loaded as such. The worker is untrusted:
+    files outside the job directory and dtypes that are not torch's are refused."""
+    with open(path, "rb") as f:
+        if f.read(1) != b"[":
+            return torch.load(path, weights_only=True)
+    outs = []
+    for m in json.loads(path.read_text()):
+        dtype = getattr(torch, str(m["dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{path.name}: not a torch dtype: {m['dtype']!r}")
+        shape = [int(d) for d in m["shape"]]
+        raw = path.parent / Path(str(m["file"])).name
+        n = math.prod(shape)
+        if raw.stat().st_size != n * dtype.itemsize:
+            raise ValueError(f"{raw.name}: {raw.stat().st_size} bytes for {n} {m['dtype']}")
+        t = torch.from_file(str(raw), shared=False, size=n, dtype=dtype) if n else \
+            torch.empty(0, dtype=dtype)
+        outs.append(t.reshape(shape))
+    return outs
+
+
+def remove_outputs(path: Path) -> None:
+    """Delete an outputs file and its raw files, the list last (a streaming worker waits for
+    it to go)."""
+    for raw in path.parent.glob(path.name + ".*"):
+        raw.unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
 
 
 def _worker_out_of_memory(result) -> bool:
