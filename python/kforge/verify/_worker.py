@@ -280,7 +280,7 @@ def main() -> int:
         # whole storage), its bytes written raw to NAME.<k> and the list of them to NAME as
         # JSON, last and under a temporary name renamed, so that a parent reading as the worker
         # goes on (job["stream"]) never sees half of it. Raw bytes, not torch.save: saving a
-        # prefill LM head's 13 GB of logits a check took 62 s of its verification (H200).
+        # prefill LM head's logits (13 GB, four times) took 62 s of its verification (H200).
         metas = []
         for k, o in enumerate(outs):
             meta = {"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", ""),
