@@ -256,6 +256,23 @@ def test_bf16_policy_rounds_operands():
     assert (out_bf.double() - ref).abs().max() > 1e-4
 
 
+def test_fp16x3_scheme_keeps_the_scores_fp32_grade():
+    """dot_precision="fp16x3": q@k^T as three fp16 products of hi/lo splits, one fp16 p@v.
+    bf16-rounded scores miss 1e-2 already at unit scale and grow with the scores' spread; with
+    fp16x3 only P's and V's fp16 rounding is left: about 1e-3 at every scale, and more than the
+    fp32 "ieee" scheme's (the rounding is really applied)."""
+    for mult in (1, 6):
+        q, k, v = _inputs(1, 4, 2, 33, 41, 64, seed=11)
+        q, k = q * mult, k * mult
+        out, ref = _run(q, k, v, causal=True, dot_precision="fp16x3", tol=2e-3)
+        err = (out.double() - ref).abs().max().item()
+        assert 1e-4 < err < 2e-3
+        out_bf, _ = _run(q, k, v, causal=True, dot_precision="bf16", tol=1.0)
+        assert (out_bf.double() - ref).abs().max().item() > 10 * err
+    with pytest.raises(ValueError, match="fp32"):
+        attention_source(head_dim=64, dtype="bf16", dot_precision="fp16x3")
+
+
 def test_strided_layouts():
     """q/k/v as transformers hands them ([B, S, H, D] transposed to [B, H, S, D]); out follows q's
     layout; k/v as a slice of a larger KV cache."""

@@ -47,6 +47,12 @@ Precision (`dot_precision`):
   * "tf32": the same with input_precision="tf32".
   * "bf16": q/k/v tiles cast to bf16 (fp16 when the inputs are fp16), P cast likewise, fp32
     accumulation (P@V chained in the accumulator, as FlashAttention does).
+  * "fp16x3" (fp32 q, k, v only): q@k^T as three fp16 products of hi/lo splits of q and k
+    (fp32-grade scores: the softmax amplifies their errors), P and V rounded to fp16 for one
+    fp16 p@v into a fresh fp32 accumulator (P is in [0, 1]; V overflowing fp16 fails the
+    verification's wide-magnitude check). The bf16 policy's second scheme, for prefill, where
+    bf16-rounded scores missed the tolerance (Llama-3-8B, H200) and 3xTF32 on both products
+    took 40 % of the step.
   * interpret=True (the Triton interpreter, TRITON_INTERPRET=1): numpy has no bf16 matmul, so
     every dot widens its (already rounded) operands to fp32 and multiplies exactly; the rounding of
     the "bf16" policy is still applied first, so the numerics match the GPU's up to accumulation
@@ -71,7 +77,7 @@ import textwrap
 
 HEAD_DIMS = (16, 32, 64, 80, 96, 128)
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
-DOT_PRECISIONS = ("ieee", "tf32", "bf16")
+DOT_PRECISIONS = ("ieee", "tf32", "bf16", "fp16x3")
 FP32_DOTS = ("tf32x3", "ieee")
 MASK_KINDS = {None: 0, "bool": 1, "additive": 2}
 MASKED_ROWS = ("zero", "nan")
@@ -92,6 +98,18 @@ def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
 '''
 
 _KERNEL = MMA_SOURCE + '''
+
+@triton.jit
+def _dot_fp16x3(a, b, INTERP: tl.constexpr):
+    """a @ b of fp32 tiles as three fp16 products: each operand split into an fp16 high part
+    and the fp16 rounding of what it leaves, a_hi@b_lo + a_lo@b_hi + a_hi@b_hi (the small
+    terms first), fp32 accumulation: about 2^-22 relative per product, at 3x the fp16 rate."""
+    a_hi = a.to(tl.float16)
+    a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+    b_hi = b.to(tl.float16)
+    b_lo = (b - b_hi.to(tl.float32)).to(tl.float16)
+    c = _mma(a_hi, b_lo, "", INTERP) + _mma(a_lo, b_hi, "", INTERP)
+    return c + _mma(a_hi, b_hi, "", INTERP)
 
 @triton.jit
 def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,
@@ -121,7 +139,10 @@ def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start
         v = tl.load(v_ptrs)
     if CAST_KV:
         kt = kt.to(LOWP)
-    s = _mma(q, kt, QK_PREC, INTERP) * QK_SCALE
+    if QK_PREC == "fp16x3":
+        s = _dot_fp16x3(q, kt, INTERP) * QK_SCALE
+    else:
+        s = _mma(q, kt, QK_PREC, INTERP) * QK_SCALE
     if MASK_KIND != 0:
         m_ptrs = mask_rows[:, None] + offs_n[None, :] * stride_mn
         if BOUNDS:
@@ -418,10 +439,11 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     _check(math.isfinite(scale), "scale must be finite")
 
     f32 = dtype == "fp32"
-    lowp = "tl.float16" if dtype == "fp16" else "tl.bfloat16"
+    _check(dot_precision != "fp16x3" or f32, "dot_precision 'fp16x3' takes fp32 q, k, v")
+    lowp = "tl.float16" if dtype == "fp16" or dot_precision == "fp16x3" else "tl.bfloat16"
     bf16 = dot_precision == "bf16"
-    fp32_prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": ""}[dot_precision]
-    qk_prec = fp32_prec if f32 else ""                # 16-bit q, k: native 16-bit dot
+    fp32_prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": "", "fp16x3": ""}[dot_precision]
+    qk_prec = "fp16x3" if dot_precision == "fp16x3" else fp32_prec if f32 else ""
     pv_prec = fp32_prec
     # additive masks stay in natural-log units: finfo.min * log2(e) would overflow to -inf and
     # turn an eager-style "all finfo.min" row (uniform weights in torch) into an empty one
@@ -532,6 +554,12 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     if dot_precision == "ieee" and fp32_dot == "ieee":
         # plain fp32 FMA dots (no tensor cores): only small tiles stay out of local memory
         return [c(64, 16, 8, 2), c(32, 16, 4, 2)]
+    if dot_precision == "fp16x3":
+        # q@k^T's three fp16 dots, p@v one: fewer registers than tf32x3's six (sm_90 cross-
+        # compile, Triton 3.9, Llama-3-8B prefill D=128 causal: 128x64 w8 s2 238 registers, no
+        # spills, 160 KB shared; D=64 with sinks and a window: 196); not yet timed on a GPU
+        return ([c(128, 64, 8, 2), c(128, 32, 8, 2), c(128, 32, 8, 3), c(64, 32, 4, 3)] if big
+                else [c(128, 64, 8, 3), c(128, 64, 8, 2), c(64, 64, 4, 3), c(128, 32, 8, 3)])
     if dot_precision == "ieee":
         # tf32x3 splits both operands of p@v (and of q@k^T for fp32): three dots' registers
         if dtype == "fp32":

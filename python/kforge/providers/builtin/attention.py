@@ -8,7 +8,7 @@ how its products are taken:
 |---|---|
 | strict | fp32 operands through 3xTF32 (`tf32x3`), then plain fp32 FMA (`ieee`) as the fallback |
 | tf32 | TF32 tensor cores, then 3xTF32 |
-| bf16 | bf16 operands with fp32 accumulation, then 3xTF32 |
+| bf16 | bf16 operands with fp32 accumulation, then q@k^T as three fp16 products with one fp16 p@v (`fp16x3`, fp32 operands only), then 3xTF32 |
 
 Each precision scheme is tried over the target's tile configurations
 (`kforge.kernels.attention.attention_configs`), the policy's own scheme first.
@@ -25,7 +25,8 @@ PRECISION_SCHEMES = {
     "strict": [{"dot_precision": "ieee", "fp32_dot": "tf32x3"},
                {"dot_precision": "ieee", "fp32_dot": "ieee"}],
     "tf32": [{"dot_precision": "tf32"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
-    "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
+    "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "fp16x3"},
+             {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
 }
 
 
@@ -104,6 +105,8 @@ def attention_space(spec, target, precision: str) -> list[dict]:
         # fp32-accurate ones cost nothing, where bf16-rounded q, k, v (a 2049-key softmax on
         # Llama-3-8B decode) missed the policy's margin on the H200
         schemes = schemes[::-1]
+    if opts["dtype"] != "fp32":      # fp16x3 splits fp32 operands
+        schemes = [sc for sc in schemes if sc["dot_precision"] != "fp16x3"]
     space = []
     for scheme in schemes:
         tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],
