@@ -355,10 +355,12 @@ def register(subparsers) -> None:
                    help="also the regions whose builtin kernel was rejected: generate it again "
                         "with this KForge (same configuration) and verify it where the source "
                         "changed (after an upgrade that fixed the generator)")
-    p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND",
+    p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND[=SCHEME]",
                    help="verified builtin kernels of this region (hash) or kind (e.g. moe, gemm) "
                         "whose first choice this KForge generates differently: verify the new "
-                        "one, and keep it only where it verifies and is faster (repeatable)")
+                        "one, and keep it only where it verifies and is faster (repeatable); "
+                        "KIND=SCHEME takes that precision scheme's first kernel instead, e.g. "
+                        "attention=fp16x3")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     _workers_flags(p)

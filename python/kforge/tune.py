@@ -33,7 +33,8 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     verifies, within `repair` generate/verify rounds (0: leave it rejected). With
     `retry_rejected`, a rejected builtin kernel whose source this KForge generates differently
     for the same configuration (a fixed generator) becomes a candidate again, with that source.
-    With `regenerate` (region hashes or kinds, e.g. "moe"), a verified builtin kernel of those
+    With `regenerate` (region hashes or kinds, e.g. "moe"; "KIND=SCHEME" takes the first kernel
+    of that precision scheme, e.g. "attention=fp16x3"), a verified builtin kernel of those
     regions whose first choice this KForge generates differently (a new scheme, a fixed
     generator) is verified again with the new source; the new kernel replaces the old one only
     where it verifies and is faster, else the old one is restored (and kept meanwhile beside it
@@ -79,9 +80,9 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             if fresh is not None:
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
-        if regenerate and status == "verified" and h not in backups and \
-                (h in regenerate or getattr(package.specs[h], "root_kind", "") in regenerate):
-            fresh = upgraded(package, h, entry, precision, say)
+        wanted = _regenerate_request(regenerate, h, getattr(package.specs[h], "root_kind", ""))
+        if wanted and status == "verified" and h not in backups:
+            fresh = upgraded(package, h, entry, precision, say, scheme=wanted[1])
             if fresh is not None:
                 backups[h] = entry
                 manifest["kernels"][h] = entry = fresh
@@ -176,31 +177,55 @@ def regenerated(package: Package, h: str, entry: dict,
     return _as_candidate(package, entry, fresh[0].source, {"reason": "regenerated"})
 
 
-def _first_builtin(package: Package, h: str, precision: str):
-    """The first kernel of the builtin's space for region `h` under `precision` (a Candidate),
-    or None where the builtin cannot generate one."""
+def _regenerate_request(regenerate: Sequence[str], h: str, kind: str) -> tuple | None:
+    """(name, scheme or None) of the `regenerate` item naming region `h` or its kind: "moe",
+    "22113f6eb8f67a25", or with the precision scheme to take, "attention=fp16x3"."""
+    for item in regenerate:
+        name, _, scheme = item.partition("=")
+        if name in (h, kind):
+            return name, scheme or None
+    return None
+
+
+def scheme_of(config: dict) -> set[str]:
+    """The precision scheme names a builtin configuration answers to (a GEMM's or MoE's
+    input_precision, an attention's dot_precision and fp32_dot)."""
+    return {str(config[k]) for k in ("input_precision", "dot_precision", "fp32_dot", "scheme")
+            if config.get(k) is not None}
+
+
+def _first_builtin(package: Package, h: str, precision: str, scheme: str | None = None):
+    """The first kernel of the builtin's space for region `h` under `precision` (a Candidate;
+    with `scheme`, the first of that precision scheme), or None where the builtin cannot
+    generate one."""
     from kforge.providers.builtin import candidates, config_space
     from kforge.providers.builtin.emitter import CannotGenerate
     spec = package.specs[h]
     try:
-        fresh = candidates(spec, package.target, precision,
-                           config_space(spec, package.target, precision)[:1])
+        space = config_space(spec, package.target, precision)
+        if scheme:
+            space = [c for c in space if scheme in scheme_of(c)]
+        fresh = candidates(spec, package.target, precision, space[:1]) if space else []
     except CannotGenerate:
         return None
     return fresh[0] if fresh else None
 
 
 def upgraded(package: Package, h: str, entry: dict, precision: str,
-             say: Callable[[str], None]) -> dict | None:
+             say: Callable[[str], None], scheme: str | None = None) -> dict | None:
     """A verified builtin entry as a candidate with the first kernel of this KForge's space for
-    the region (`tune_package(regenerate=...)`), the old source kept as kernel.previous.py; None
-    where that kernel is the one the package has, or the builtin cannot generate one."""
+    the region (`tune_package(regenerate=...)`; with `scheme`, the first of that precision
+    scheme), the old source kept as kernel.previous.py; None where that kernel is the one the
+    package has, or the builtin cannot generate one."""
     from kforge.cache import atomic_write_text
     if entry.get("provider") != "builtin":
         return None
-    cand = _first_builtin(package, h, precision)
+    cand = _first_builtin(package, h, precision, scheme)
     path = package.root / entry["source"]
     old = path.read_text() if path.is_file() else ""
+    if cand is None and scheme:
+        say(f"region {h}: the builtin has no {precision} kernel of scheme {scheme!r} for it; kept")
+        return None
     if cand is None or cand.source == old:
         say(f"region {h}: this KForge generates the kernel it has; kept")
         return None

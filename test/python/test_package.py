@@ -298,6 +298,20 @@ def test_tune_regenerate_keeps_the_old_kernel_unless_the_new_one_is_faster(tmp_p
     # nothing to regenerate where the source is the one this KForge generates
     assert tune_package(pkg, regenerate=("no-such-kind",)) == {}
 
+    # KIND=SCHEME: that precision scheme's first kernel, verified beside the old one; a scheme
+    # the builtin has not for the region leaves it as it is
+    from kforge.providers.builtin import config_space
+    from kforge.tune import scheme_of
+    space = config_space(open_package(pkg).specs[h], "cpu", "strict")
+    other = next(sc for c in space for sc in scheme_of(c) if sc not in scheme_of(space[0]))
+    pkg, h, old = older("scheme", 1e9)
+    assert tune_package(pkg, regenerate=(f"{h}={other}",))[h] == "verified"
+    entry = read_manifest(pkg)["kernels"][h]
+    assert other in scheme_of(entry["launch"]["config"]) and entry["time_ms"] < 1e9
+    pkg, h, old = older("no-scheme", 1e9)
+    assert tune_package(pkg, regenerate=(f"{h}=no-such-scheme",)) == {}
+    assert (pkg / read_manifest(pkg)["kernels"][h]["source"]).read_text() == old
+
     # a strict kernel in a bf16 package (copied from a strict package: it meets bf16) is kept
     # while the region's own bf16 kernel is tried beside it, by any tune: taken where faster,
     # else the strict one stays

@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retry-rejected", action="store_true",
                    help="with --tune: also regions whose builtin kernel was rejected, where this "
                         "KForge generates it differently (`kforge tune --retry-rejected`)")
-    p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND",
+    p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND[=SCHEME]",
                    help="with --tune: `kforge tune --regenerate` (repeatable)")
     p.add_argument("--gpus", type=int, default=0,
                    help="with --tune: spread the jobs over this many GPUs (CUDA_VISIBLE_DEVICES)")
