@@ -190,7 +190,7 @@ def _regenerate_request(regenerate: Sequence[str], h: str, kind: str) -> tuple |
 def scheme_of(config: dict) -> set[str]:
     """The precision scheme names a builtin configuration answers to (a GEMM's or MoE's
     input_precision, an attention's dot_precision and fp32_dot)."""
-    return {str(config[k]) for k in ("input_precision", "dot_precision", "fp32_dot", "scheme")
+    return {str(config[k]) for k in ("input_precision", "dot_precision", "fp32_dot")
             if config.get(k) is not None}
 
 

@@ -137,37 +137,30 @@ def _rows_on_device(fn, inputs, separable: bool, empty_cache=lambda: None):
     halves, quarters, ... of the batch where the whole batch runs out of device memory, and
     its outputs are concatenated (the float64 copy of a real LLM: attention scores of 8 x 64
     heads x 2048^2 in float64 are 17 GB a layer)."""
+    import torch
+
     from kforge.verify import is_out_of_memory
 
-    try:
-        return _host(fn(*inputs))
-    except Exception as exc:
-        batch = _common_batch(inputs) if separable else None
-        if not is_out_of_memory(exc) or not batch or batch < 2:
-            raise
-    empty_cache()
-    step = (batch + 1) // 2
+    batch = _common_batch(inputs) if separable else None
+    step = batch
     while True:
         try:
-            parts = [_host(fn(*[x[i:i + step] if isinstance(x, _tensor_type()) else x
-                                for x in inputs])) for i in range(0, batch, step)]
-            return _cat_rows(parts)
+            if step == batch:
+                return _host(fn(*inputs))
+            return _cat_rows([_host(fn(*[x[i:i + step] if isinstance(x, torch.Tensor) else x
+                                         for x in inputs])) for i in range(0, batch, step)])
         except Exception as exc:
-            if not is_out_of_memory(exc) or step == 1:
+            if not is_out_of_memory(exc) or not step or step == 1:
                 raise
-            parts = None
-            empty_cache()
-            step = (step + 1) // 2
-
-
-def _tensor_type():
-    import torch
-    return torch.Tensor
+        empty_cache()                 # after the exception (and the tensors it holds) is gone
+        step = (step + 1) // 2
 
 
 def _common_batch(inputs) -> int | None:
     """The leading size every tensor input shares (None where they do not)."""
-    sizes = {x.shape[0] for x in inputs if isinstance(x, _tensor_type()) and x.dim() > 0}
+    import torch
+
+    sizes = {x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0}
     return sizes.pop() if len(sizes) == 1 else None
 
 
