@@ -146,3 +146,45 @@ def test_config_spaces_and_defaults():
     assert any(c["SPLIT_K"] > 1 for c in config_space("strict", M=256))
     src = render_gemm("g")
     assert "autotune" not in src and "def launch(" in src and "def prepare_weights(" in src
+
+
+TMA2 = {"EPI_SPLIT": 2, "A_FP32": False, "WS": False}
+
+
+@pytest.mark.parametrize("epi_split,a_fp32,split_k,ws", [
+    (1, False, 1, False), (2, True, 1, False), (4, False, 1, True), (2, True, 3, False),
+    (1, True, 2, True), (4, False, 2, False)])
+def test_bf16_tma2_kernel(epi_split, a_fp32, split_k, ws):
+    """The bf16 scheme's second persistent kernel (in-kernel descriptors, A cast by the pass or in
+    registers, split-K work items, epilogue column slices stored by TMA): ragged M, every epilogue
+    operand kind, against float64. K, N multiples of 8 and 4 (the descriptors' 16-byte rule)."""
+    mod = _module(precision="bf16", impl="bf16", tma=True, has_bias=True,
+                  epilogue="acc = tl.maximum(acc, 0.0) * s + r[:, None] + t",
+                  epilogue_args=[("s", "scalar"), ("r", "row"), ("t", "tile")])
+    cfg = dict(SMALL, BLOCK_N=64 if epi_split == 4 else 32, SPLIT_K=split_k, EPI_SPLIT=epi_split,
+               A_FP32=a_fp32, WS=ws)
+    g = torch.Generator().manual_seed(5)
+    B, S, N, K = 3, 15, 92, 112
+    a = torch.rand(B, S, K, generator=g) * 2 - 1
+    w = (torch.rand(N, K, generator=g) * 2 - 1) / math.sqrt(K)
+    bias = torch.rand(N, generator=g) - 0.5
+    r = torch.rand(B * S, generator=g)
+    t = torch.rand(B, S, N, generator=g)
+    pw = mod.prepare_weights({1: w})[1]
+    assert pw.dtype == torch.bfloat16
+    out, kernels = mod._run((a, pw, bias, 1.5, r, t), cfg)
+    # the pass runs only when A is not cast in the kernel; split-K adds the reduce kernel
+    assert len(kernels) == 1 + (not a_fp32) + (split_k > 1)
+    ref = torch.relu(_ref(a, w, bias)) * 1.5 + r.double().reshape(B, S, 1) + t.double()
+    assert out.shape == (B, S, N) and torch.isfinite(out).all()
+    assert _relerr(out, ref) < TOL["bf16"]
+
+
+def test_bf16_tma2_falls_back_when_rows_unaligned():
+    """N % 4 != 0 (fp32 output rows not 16-byte multiples): the tma2 config runs the pointer path."""
+    mod = _module(precision="bf16", impl="bf16", tma=True)
+    g = torch.Generator().manual_seed(9)
+    a = torch.rand(20, 48, generator=g) * 2 - 1
+    w = torch.rand(30, 48, generator=g) * 2 - 1
+    out, kernels = mod._run((a, mod.prepare_weights({1: w})[1]), dict(SMALL, **TMA2))
+    assert _relerr(out, _ref(a, w)) < TOL["bf16"]

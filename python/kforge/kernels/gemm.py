@@ -375,10 +375,10 @@ def {name}_kernel(
         tl.store(c_ptrs, acc, mask=c_mask)
 
 {tma_kernel}
-
+{tma2_kernel}
 @triton.jit
 def {name}_splitk_reduce(
-    w_ptr, c_ptr{epi_params}, M, N, stride_cm, stride_cn,
+    w_ptr, c_ptr{epi_params}, M, N, stride_ws, stride_cm, stride_cn,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -389,7 +389,7 @@ def {name}_splitk_reduce(
     w_ptrs = w_ptr + offs_m[:, None] * N + offs_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for split in range(SPLIT_K):
-        acc += tl.load(w_ptrs + split * M * N, mask=c_mask, other=0.0)
+        acc += tl.load(w_ptrs + split * stride_ws, mask=c_mask, other=0.0)
     acc = {name}_epilogue(acc, offs_m, offs_n, M, N{epi_call})
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
@@ -432,7 +432,7 @@ def _tma_ok(a_in, b, K):
     return (TensorDescriptor is not None and (K * a_in.element_size()) % 16 == 0
             and (b.stride(-2) * b.element_size()) % 16 == 0 and a_in.data_ptr() % 16 == 0
             and b.data_ptr() % 16 == 0 and a_in.is_contiguous() and b.is_contiguous())
-
+{tma2_helpers}
 
 def _run(args, cfg):
     """Launch with an explicit config; returns (out, [compiled kernels])."""
@@ -451,9 +451,9 @@ def _run(args, cfg):
     BM, BN, BK = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     SK = cfg.get("SPLIT_K", 1)
     kernels = []
-{a_prep_code}
-    stride_bs = b.stride(0) if b.dim() == 3 else 0
 {epi_host}
+{tma2_host}{a_prep_code}
+    stride_bs = b.stride(0) if b.dim() == 3 else 0
     if USE_TMA and SK == 1 and _tma_ok(a_in, b, K):
         nsm = _num_sms(a.device)
         n_tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
@@ -483,7 +483,7 @@ def _run(args, cfg):
     if SK > 1:
         RM, RN = 32, 128
         k2 = {name}_splitk_reduce[(triton.cdiv(M, RM), triton.cdiv(N, RN))](
-            c, out{epi_launch}, M, N, out.stride(0), out.stride(1),
+            c, out{epi_launch}, M, N, M * N, out.stride(0), out.stride(1),
             SPLIT_K=SK, BLOCK_M=RM, BLOCK_N=RN, num_warps=4,
         )
         kernels.append(k2)
@@ -534,6 +534,145 @@ def {name}_tma_kernel(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 '''
+
+
+# bf16 policy, second persistent kernel ("tma2"): descriptors made in the kernel
+# (tl.make_tensor_descriptor), fp32 A either cast by the pass (A_FP32=False) or loaded fp32 by
+# TMA and cast in registers (A_FP32=True: no extra pass over A), split-K over the persistent work
+# list for small M, the epilogue in EPI_SPLIT column slices each stored by TMA (the slice's
+# staging buffer is 1/EPI_SPLIT of the tile, which lets 128x256 tiles keep 3-4 stages), and
+# Triton's warp specialization of the tile loop as an option (WS).
+_TMA2_KERNEL = """
+@triton.jit
+def {name}_tma2_store(c_desc, acc, row0, off_m, off_n, M, N{epi_params},
+                      SPLIT_K: tl.constexpr):
+    # one column slice: the epilogue (SPLIT_K == 1) or the raw partial sum (split-K workspace)
+    if SPLIT_K == 1:
+        offs_m = off_m + tl.arange(0, acc.shape[0])
+        offs_n = off_n + tl.arange(0, acc.shape[1])
+        acc = {name}_epilogue(acc, offs_m, offs_n, M, N{epi_call})
+    c_desc.store([row0 + off_m, off_n], acc)
+
+
+@triton.jit
+def {name}_tma2_kernel(
+    a_ptr, b_ptr, c_ptr{epi_params}, M, N, K, M_PAD,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, EPI_SPLIT: tl.constexpr, A_FP32: tl.constexpr, WS: tl.constexpr,
+    NUM_SMS: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    \"\"\"Persistent: one program per SM walks (tile, K-split) work items, tiles in grouped order.
+    A [M, K] (fp32 or bf16) and B [N, K] bf16 arrive by TMA; the output (or, for SPLIT_K > 1, the
+    fp32 workspace [SPLIT_K, M_PAD, N], M_PAD = M rounded up to BLOCK_M, that the reduce kernel
+    finishes) leaves by TMA (2-d descriptors only: Hopper's warp specialization pass rejected a
+    3-d store).\"\"\"
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    SUB_N: tl.constexpr = BLOCK_N // EPI_SPLIT
+    c_rows = M if SPLIT_K == 1 else SPLIT_K * M_PAD
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[c_rows, N], strides=[N, 1],
+                                       block_shape=[BLOCK_M, SUB_N])
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    k_per_split = tl.cdiv(k_tiles, SPLIT_K)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    for work_id in tl.range(start_pid, num_tiles * SPLIT_K, NUM_SMS, flatten=False,
+                            warp_specialize=WS):
+        tile_id = work_id // SPLIT_K
+        split = work_id % SPLIT_K
+        group_id = tile_id // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_size_m)
+        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        k_lo = split * k_per_split
+        k_hi = min(k_lo + k_per_split, k_tiles)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_lo, k_hi):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            b = b_desc.load([off_n, off_k]).T
+            if DOT_F32:    # the interpreter has no bf16 dot
+                acc = tl.dot(a.to(tl.bfloat16).to(tl.float32), b.to(tl.float32), acc,
+                             input_precision="ieee")
+            elif A_FP32:   # cast in registers, wgmma takes A from registers
+                acc = tl.dot(a.to(tl.bfloat16), b, acc)
+            else:
+                acc = tl.dot(a, b, acc)
+        out_split = split * M_PAD       # first workspace row of this split (0 if SPLIT_K == 1)
+        if EPI_SPLIT == 1:
+            {name}_tma2_store(c_desc, acc, out_split, off_m, off_n, M, N{epi_call}, SPLIT_K)
+        else:
+            h0, h1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            if EPI_SPLIT == 2:
+                {name}_tma2_store(c_desc, h0, out_split, off_m, off_n, M, N{epi_call}, SPLIT_K)
+                {name}_tma2_store(c_desc, h1, out_split, off_m, off_n + SUB_N, M, N{epi_call},
+                                  SPLIT_K)
+            else:          # EPI_SPLIT == 4
+                q0, q1 = tl.split(tl.permute(tl.reshape(h0, (BLOCK_M, 2, SUB_N)), (0, 2, 1)))
+                {name}_tma2_store(c_desc, q0, out_split, off_m, off_n, M, N{epi_call}, SPLIT_K)
+                {name}_tma2_store(c_desc, q1, out_split, off_m, off_n + SUB_N, M, N{epi_call},
+                                  SPLIT_K)
+                q2, q3 = tl.split(tl.permute(tl.reshape(h1, (BLOCK_M, 2, SUB_N)), (0, 2, 1)))
+                {name}_tma2_store(c_desc, q2, out_split, off_m, off_n + 2 * SUB_N, M, N{epi_call},
+                                  SPLIT_K)
+                {name}_tma2_store(c_desc, q3, out_split, off_m, off_n + 3 * SUB_N, M, N{epi_call},
+                                  SPLIT_K)
+
+"""
+
+# host side of the tma2 kernel, inside _run (rendered for the bf16 scheme only)
+_TMA2_HOST = """\
+    if "EPI_SPLIT" in cfg and _tma2_ok(a2, b, K, N):
+        SK = cfg.get("SPLIT_K", 1)
+        if cfg["A_FP32"]:
+            a_in = a2
+        else:
+            a_in = torch.empty((M, K), device=a.device, dtype=torch.bfloat16)
+            PB = 2048
+            kernels.append({name}_prep_a[(triton.cdiv(M * K, PB),)](a2, a_in, M * K, BLOCK=PB,
+                                                                  MODE=2, num_warps=8))
+        M_PAD = triton.cdiv(M, BM) * BM
+        c = out if SK == 1 else torch.empty((SK, M_PAD, N), device=a.device, dtype=torch.float32)
+        n_work = triton.cdiv(M, BM) * triton.cdiv(N, BN) * SK
+        nsm = _num_sms(a.device)
+        _set_allocator()
+        kernels.append({name}_tma2_kernel[(min(nsm, n_work),)](
+            a_in, b, c{epi_launch}, M, N, K, M_PAD,
+            BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=cfg.get("GROUP_M", 8), SPLIT_K=SK,
+            EPI_SPLIT=cfg["EPI_SPLIT"], A_FP32=bool(cfg["A_FP32"]), WS=bool(cfg.get("WS", False)),
+            NUM_SMS=nsm, DOT_F32=_interpreting(), num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"]))
+        if SK > 1:
+            kernels.append({name}_splitk_reduce[(triton.cdiv(M, 32), triton.cdiv(N, 128))](
+                c, out{epi_launch}, M, N, M_PAD * N, out.stride(0), out.stride(1),
+                SPLIT_K=SK, BLOCK_M=32, BLOCK_N=128, num_warps=4))
+        return out.reshape(*lead, N), kernels
+"""
+
+_TMA2_HELPERS = """
+
+def _tma2_ok(a2, b, K, N):
+    \"\"\"In-kernel descriptors: 16-byte aligned bases and row pitches (K % 8 for bf16 B,
+    N % 4 for the fp32 output), contiguous rows.\"\"\"
+    return (hasattr(tl, "make_tensor_descriptor") and K % 8 == 0 and N % 4 == 0
+            and a2.is_contiguous() and b.is_contiguous() and b.dim() == 2
+            and a2.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+
+
+def _set_allocator():
+    # tl.make_tensor_descriptor writes the descriptors to a global scratch buffer
+    if not _interpreting() and hasattr(triton, "set_allocator"):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(
+            size, device="cuda", dtype=torch.int8))
+"""
 
 
 def _tma_loads(impl: str, a_prep: str) -> str:
@@ -777,6 +916,9 @@ def render_gemm(
     else:
         a_prep_code = "    a_in = a2\n    stride_as = 0"
         prep_kernel = ""
+    tma2 = impl == "bf16"      # the bf16 scheme's second persistent kernel (configs with EPI_SPLIT)
+    if tma2 and not prep_kernel:
+        prep_kernel = _PREP_KERNEL.format(name=name)
 
     unpack = "    " + ", ".join(arg_order) + (" = args" if len(arg_order) > 1 else ", = args")
     src = _TEMPLATE.format(
@@ -803,6 +945,12 @@ def render_gemm(
             epi_call="".join(", " + c for c in calls),
             loads=_indent(_tma_loads(impl, a_prep), 12), math=_indent(math_src, 12)) if tma else ""),
         unpack=unpack,
+        tma2_kernel=(_TMA2_KERNEL.format(
+            name=name, epi_params="".join(", " + p for p in params),
+            epi_call="".join(", " + c for c in calls)) if tma2 else ""),
+        tma2_host=(_TMA2_HOST.format(name=name, epi_launch="".join(", " + x for x in launch_args))
+                   if tma2 else ""),
+        tma2_helpers=_TMA2_HELPERS if tma2 else "",
         a_prep_code=a_prep_code,
         epi_host=_indent("\n".join(host), 4),
     )
