@@ -21,6 +21,9 @@ from kforge.targets import get_target
 ROOT = Path(__file__).resolve().parents[2]
 CALL3 = ROOT / "benchmarks" / "results" / "2026-12-01-profile" / "tuner-call3.json"
 SPECS = ROOT / "benchmarks" / "profile" / "specs"
+# the 2026-12-02 held-out measurement: seen data since the confident stop was fitted on it
+HOLDOUT = ROOT / "benchmarks" / "results" / "2026-12-02-h200-profile-holdout" / "tuner.json"
+SPECS_HOLDOUT = ROOT / "benchmarks" / "profile" / "specs_holdout"
 
 
 def recorded():
@@ -65,6 +68,55 @@ def test_stop_margin_covers_the_models_error_near_the_best():
                     worst = max(worst, 1 - (meas[j] / meas[i]) / (pred[j] / pred[i]))
     assert 0.03 < worst <= analyst.MODEL_ERROR
     assert analyst.MIN_GAIN == MIN_GAIN
+
+
+def test_explained_covers_every_measured_best():
+    """EXPLAINED (how many times its predicted time the model's own best may measure before the
+    stop trusts the model) is at least what the measured best of each recorded space took, and
+    below what the kernels the model misjudged took."""
+    worst_best, worst_any = 0.0, 0.0
+    for path, specs in ((CALL3, SPECS), (HOLDOUT, SPECS_HOLDOUT)):
+        for r in json.loads(path.read_text())["results"]:
+            spec = load_spec(specs / f"{r['workload']}.json")
+            shape = analyze_region(spec)
+            rows = [x for x in r["rows"] if x.get("correct") and x.get("time_ms")]
+            ratio = [x["time_ms"] / analyst.tile_model(shape, x["config"], spec=spec)["time_ms"]
+                     for x in rows]
+            best = min(range(len(rows)), key=lambda i: rows[i]["time_ms"])
+            worst_best = max(worst_best, ratio[best])
+            worst_any = max(worst_any, max(ratio))
+    assert 1.5 < worst_best <= analyst.EXPLAINED < worst_any
+
+
+def _recorded_first(path, specs, name, policy):
+    """(spec, shape, recorded space, the first configuration's measured profile)."""
+    r = next(r for r in json.loads(path.read_text())["results"]
+             if r["workload"] == name and r["policy"] == policy)
+    spec = load_spec(specs / f"{name}.json")
+    first = r["rows"][0]
+    return (spec, analyze_region(spec), [x["config"] for x in r["rows"]],
+            dict(first["profile"], time_ms=first["time_ms"]))
+
+
+def test_confident_stop_needs_the_models_best_explained_on_full_sms():
+    # 65536x256x256 bf16: the first configuration is the model's best and the measured best
+    # (1.53x its prediction, 512 tiles): stop after one measurement
+    spec, shape, space, prof = _recorded_first(HOLDOUT, SPECS_HOLDOUT, "tall_skinny_leaky",
+                                               "bf16")
+    why = analyst.stop_evidence(shape, space, prof, [space[0]], spec=spec)
+    assert why.startswith("the incumbent is the model's fastest configuration"), why
+    assert "512 tiles for 132 SMs" in why
+    # 64x4096x4096 strict: the model's best too, but measured 3.7x its prediction (fp16x3's
+    # split pass, which the model does not explain; 3xtf32 measured 1.76x faster): no stop
+    spec, shape, space, prof = _recorded_first(HOLDOUT, SPECS_HOLDOUT, "decode_proj_silu",
+                                               "strict")
+    assert analyst.rank_configs(shape, space, prof, [space[0]], spec=spec)[0][1] >= 1.0
+    assert analyst.stop_evidence(shape, space, prof, [space[0]], spec=spec) == ""
+    # 256x1024x32768 bf16, split-K 4: 128 tiles for 132 SMs, where the model's waves are wrong
+    # by 23 % (split-K 8 measured faster, predicted 1.03x slower): no stop
+    spec, shape, space, prof = _recorded_first(CALL3, SPECS, "gemm_max_const_long_k", "bf16")
+    assert analyst.tile_model(shape, space[0], spec=spec)["tiles"] < analyst.SMS
+    assert analyst.stop_evidence(shape, space, prof, [space[0]], spec=spec) == ""
 
 
 def _profile(config, time_ms):
@@ -121,6 +173,24 @@ def test_replay_on_the_recorded_h200_data():
         assert b["measured"] >= 3                # blind stops after 2 stale rounds at best
     assert sum(s["goal_met"] for s in rows) == 8
     assert "| gemm_clamp | bf16 | 12 |" in bench.table(rep["results"])
+
+
+def test_replay_on_the_held_out_h200_data(monkeypatch):
+    """bench_tuner --replay over the 2026-12-02 held-out measurement: never slower than blind
+    search, the goal on 9 of 16 rows (8 before the confident stop)."""
+    monkeypatch.setenv("KF_SPEC_DIRS", str(SPECS_HOLDOUT))
+    path = ROOT / "benchmarks" / "profile" / "bench_tuner.py"
+    mod_spec = importlib.util.spec_from_file_location("bench_tuner", path)
+    bench = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(bench)
+    rows = {(r["workload"], r["policy"]): r["search"]
+            for r in bench.replay_file(HOLDOUT)["results"]}
+    assert len(rows) == 16
+    for s in rows.values():
+        assert s["profile"]["final_ms"] <= s["blind"]["final_ms"] * (1 + MIN_GAIN)
+    assert sum(s["goal_met"] for s in rows.values()) == 9
+    tall = rows[("tall_skinny_leaky", "bf16")]["profile"]
+    assert tall["measured"] == 1 and "model's fastest" in tall["reason"]
 
 
 GEMM = ROOT / "test" / "python" / "fixtures" / "engine" / "matmul_bias.json"

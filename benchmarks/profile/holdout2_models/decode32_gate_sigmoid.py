@@ -1,0 +1,37 @@
+"""Decode step at batch 32: 2560 -> 10240, then a sigmoid gate.
+
+A second held-out shape for the builtin tuner's cost model (benchmarks/profile/specs_holdout2/):
+our own workload, in the KernelBench file format. `get_inputs()` / `get_init_inputs()` give the
+full size; pass `scale="smoke"` for a tiny CPU variant.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=32, K=2560, N=10240)
+SMOKE = dict(M=8, K=32, N=48)
+TAGS = ('gemm', 'decode', 'sigmoid')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N, bias=False)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.sigmoid(y)
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]

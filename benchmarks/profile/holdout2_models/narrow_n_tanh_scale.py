@@ -1,0 +1,37 @@
+"""Narrow output: 24576 x 1024 -> 128, then 2 * tanh.
+
+A second held-out shape for the builtin tuner's cost model (benchmarks/profile/specs_holdout2/):
+our own workload, in the KernelBench file format. `get_inputs()` / `get_init_inputs()` give the
+full size; pass `scale="smoke"` for a tiny CPU variant.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=24576, K=1024, N=128)
+SMOKE = dict(M=64, K=32, N=16)
+TAGS = ('gemm', 'narrow-n', 'tanh')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N, bias=True)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return 2.0 * torch.tanh(y)
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]
