@@ -559,7 +559,7 @@ def {name}_tma2_kernel(
     a_ptr, b_ptr, c_ptr{epi_params}, M, N, K, M_PAD,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, EPI_SPLIT: tl.constexpr, A_FP32: tl.constexpr, WS: tl.constexpr,
-    NUM_SMS: tl.constexpr, DOT_F32: tl.constexpr,
+    FLATTEN: tl.constexpr, NUM_SMS: tl.constexpr, DOT_F32: tl.constexpr,
 ):
     \"\"\"Persistent: one program per SM walks (tile, K-split) work items, tiles in grouped order.
     A [M, K] (fp32 or bf16) and B [N, K] bf16 arrive by TMA; the output (or, for SPLIT_K > 1, the
@@ -581,7 +581,9 @@ def {name}_tma2_kernel(
     k_per_split = tl.cdiv(k_tiles, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
     num_pid_in_group = GROUP_M * num_pid_n
-    for work_id in tl.range(start_pid, num_tiles * SPLIT_K, NUM_SMS, flatten=False,
+    # FLATTEN: one software pipeline over (work item, K step), so the next tile's loads are in
+    # flight during this tile's epilogue (Hopper's warp specialization wants it off)
+    for work_id in tl.range(start_pid, num_tiles * SPLIT_K, NUM_SMS, flatten=FLATTEN,
                             warp_specialize=WS):
         tile_id = work_id // SPLIT_K
         split = work_id % SPLIT_K
@@ -648,7 +650,7 @@ _TMA2_HOST = """\
             a_in, b, c{epi_launch}, M, N, K, M_PAD,
             BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=cfg.get("GROUP_M", 8), SPLIT_K=SK,
             EPI_SPLIT=cfg["EPI_SPLIT"], A_FP32=bool(cfg["A_FP32"]), WS=bool(cfg.get("WS", False)),
-            NUM_SMS=nsm, DOT_F32=_interpreting(), num_warps=cfg["num_warps"],
+            FLATTEN=bool(cfg.get("FLATTEN", not cfg.get("WS", False))), NUM_SMS=nsm, DOT_F32=_interpreting(), num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"]))
         if SK > 1:
             kernels.append({name}_splitk_reduce[(triton.cdiv(M, 32), triton.cdiv(N, 128))](
