@@ -88,6 +88,7 @@ SMALL = {
     "t2-a32-64x128-s6": C(64, 128, 64, 4, 6, es=1, a32=1),
     "t2-a32-64x128-s6-k2": C(64, 128, 64, 4, 6, sk=2, es=1, a32=1),
     "t2-a32-64x64x128-s4": C(64, 64, 128, 4, 4, es=1, a32=1),
+    "t2-a32-64x64x128-s4-k2": C(64, 64, 128, 4, 4, sk=2, es=1, a32=1),
     "t2-a32-64x64x64-s8": C(64, 64, 64, 4, 8, es=1, a32=1),
     "t2-a32-64x128x128-s3": C(64, 128, 128, 4, 3, es=1, a32=1),
     "t2-a32-128x128-s4e2": C(128, 128, 64, 8, 4, es=2, a32=1),
@@ -251,6 +252,14 @@ def main():
                 return torch.relu(F.linear(x, w, b))
         baseline("autocast_linear", autocast_fn)
         cub = base.get("cublas_bf16_mm", {}).get("ms")
+        if M <= 512 and DEV == "cuda":
+            try:
+                base["cublas_bf16_mm"]["graph_ms"] = triton.testing.do_bench_cudagraph(
+                    lambda: torch.mm(xb, wb.t()), rep=20, return_mode="median")
+            except Exception as e:  # noqa: BLE001
+                RES["errors"].append({"where": f"graph cublas {M}", "err": repr(e)[:200]})
+            print(f"  cublas_bf16_mm graph replay {base['cublas_bf16_mm'].get('graph_ms', float('nan')):.4f} ms",
+                  flush=True)
 
         pw = mod.prepare_weights({1: w})[1]
         a_bf = torch.empty((M, K), device=DEV, dtype=torch.bfloat16)
@@ -276,6 +285,12 @@ def main():
                 rec.update(ms=ms, tflops=tflops(M, N, K, ms))
                 if cub:
                     rec["vs_cublas_bf16_mm"] = cub / ms
+                if M <= 512 and DEV == "cuda":   # small M: how much of the time is host launch work
+                    try:
+                        rec["graph_ms"] = triton.testing.do_bench_cudagraph(
+                            lambda: mod._run((x, pw, b), cfg), rep=20, return_mode="median")
+                    except Exception as e:  # noqa: BLE001
+                        rec["graph_error"] = repr(e)[:200]
             except Exception as e:  # noqa: BLE001
                 rec["error"] = re.sub(r"\s+", " ", repr(e))[:400]
             base["kf"][vname] = rec
@@ -284,6 +299,7 @@ def main():
                 f"{rec['ms']:8.4f} ms {rec['tflops']:6.1f} TF/s x{rec.get('vs_cublas_bf16_mm', 0):.3f} "
                 f"tol={rec['tol_ratio']:.2g} ws={rec.get('setmaxnreg')} smem={rec.get('shared')} "
                 f"regs={rec.get('n_regs')} spills={rec.get('n_spills')} first={rec['first_call_s']}s"
+                + (f" graph={rec['graph_ms']:.4f}ms" if "graph_ms" in rec else "")
                 if "ms" in rec else "ERROR " + rec["error"][:240]), flush=True)
         baseline("cublas_bf16_mm#2", lambda: torch.mm(xb, wb.t()), out_check=False)
         save()
