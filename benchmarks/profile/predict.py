@@ -8,8 +8,8 @@ configuration (the functional round measures it), the model's ranking of the res
 (`analyst.rank_configs`: the profile-driven order before any measured evidence changes it),
 the predicted times of the first and of the model's pick, the model's floor, and whether the
 confident stop (`analyst.stop_evidence`) could end the search after the first measurement: only
-when the first configuration is the model's own fastest, its tiles cover every SM and it then
-measures within analyst.EXPLAINED of its prediction.
+when the first configuration is the model's own fastest, its tiles cover every SM (or it is
+memory-bound) and it then measures within analyst.EXPLAINED of its prediction.
 """
 import glob
 import json
@@ -52,7 +52,8 @@ def predict(spec_dir: str, policies) -> list[dict]:
                 "pick_ms": pred[space.index(pick)],
                 "order": [0] + [space.index(c) for c, _ in ranked[:5]],
                 "floor_ms": analyst.model_floor_ms(shape, space, spec=spec),
-                "may_stop_at_1": ratio >= 1 - analyst.MIN_GAIN and m0["tiles"] >= analyst.SMS,
+                "may_stop_at_1": ratio >= 1 - analyst.MIN_GAIN and (
+                    m0["tiles"] >= analyst.SMS or m0["memory_ms"] >= m0["compute_ms"]),
             })
     return out
 
