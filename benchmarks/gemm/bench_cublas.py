@@ -15,7 +15,8 @@ Timed per shape (triton.testing.do_bench, median, L2 flushed between reps):
   kf_pass_only          the A cast pass alone (its share of the pass variants)
 Every output is checked against a float64 reference: |out - ref| <= 1e-2 * max(1, rms(ref)) +
 1e-2 * |ref| (tol_ratio <= 1 passes). JSON + log under $OUT. Env: KF_BUDGET_S (default 250),
-KF_SHAPES ("M,N,K;..."), KF_COMPILE=0 skips torch.compile (bf16, default mode) at the end.
+KF_SHAPES ("M,N,K;..."), KF_COMPILE=0 skips torch.compile (bf16, default mode) at the end,
+KF_FINAL=1 times only the old and the new default config, interleaved, three times each.
 Without CUDA it runs a tiny smoke version under TRITON_INTERPRET=1 (set it yourself).
 """
 import json
@@ -164,7 +165,11 @@ def precheck(mod):
     bad = json.load(open(bad_path)) if os.path.exists(bad_path) else {}
     if os.path.exists(cur):
         bad[open(cur).read()] = "crashed the process"
-    for shape, variants in (((512, 512, 512), BIG), ((64, 512, 512), SMALL)):
+    groups = (((512, 512, 512), BIG), ((64, 512, 512), SMALL))
+    if os.environ.get("KF_FINAL") == "1":
+        groups = tuple(((M, 512, 512), {"default_config": default_config("bf16", "bf16", M, 512, 512, tma=True)})
+                       for M in (4096, 256, 64))
+    for shape, variants in groups:
         M, N, K = shape if DEV == "cuda" else (40, 64, 128)
         x, w, b = make_inputs(M, N, K)
         ref = torch.relu(x.double() @ w.double().t() + b.double())
@@ -221,6 +226,12 @@ def main():
     for (M, N, K) in SHAPES:
         variants = dict(SMALL if M <= 512 else BIG)
         variants["default_config"] = default_config("bf16", "bf16", M, N, K, tma=True)
+        if os.environ.get("KF_FINAL") == "1":   # the old and the new default, interleaved, 3 times
+            old, new = variants["tma-pass"], variants["default_config"]
+            variants = {}
+            for r in ("", "#2", "#3"):
+                variants["tma-pass" + r] = old
+                variants["default_config" + r] = new
         x, w, b = make_inputs(M, N, K)
         ref = torch.relu(x.double() @ w.double().t() + b.double())
         xb, wb, bb = x.bfloat16(), w.bfloat16(), b.bfloat16()
@@ -265,6 +276,26 @@ def main():
         a_bf = torch.empty((M, K), device=DEV, dtype=torch.bfloat16)
         baseline("kf_pass_only", lambda: mod.gemm_bias_relu_prep_a[(triton.cdiv(M * K, 2048),)](
             x, a_bf, M * K, BLOCK=2048, MODE=2, num_warps=8), out_check=False)
+        dcfg = variants.get("default_config")
+        if DEV == "cuda" and dcfg and "EPI_SPLIT" in dcfg and not dcfg["A_FP32"] and dcfg["SPLIT_K"] == 1:
+            try:
+                # the tma2 GEMM kernel alone on an already-cast A: the kernel against cuBLAS, no pass
+                out_k = torch.empty((M, N), device=DEV, dtype=torch.float32)
+                nsm = torch.cuda.get_device_properties(0).multi_processor_count
+                grid = (min(nsm, triton.cdiv(M, dcfg["BLOCK_M"]) * triton.cdiv(N, dcfg["BLOCK_N"])),)
+                mod._set_allocator()
+                mod.gemm_bias_relu_prep_a[(triton.cdiv(M * K, 2048),)](x, a_bf, M * K, BLOCK=2048, MODE=2,
+                                                                       num_warps=8)
+                baseline("kf_default_kernel_only", lambda: mod.gemm_bias_relu_tma2_kernel[grid](
+                    a_bf, pw, out_k, b, M, N, K, M, BLOCK_M=dcfg["BLOCK_M"], BLOCK_N=dcfg["BLOCK_N"],
+                    BLOCK_K=dcfg["BLOCK_K"], GROUP_M=dcfg["GROUP_M"], SPLIT_K=1, EPI_SPLIT=dcfg["EPI_SPLIT"],
+                    A_FP32=False, WS=False, FLATTEN=dcfg["FLATTEN"], NUM_SMS=nsm, DOT_F32=False,
+                    num_warps=dcfg["num_warps"], num_stages=dcfg["num_stages"]) and out_k, out_check=False)
+                base["kf_default_kernel_only"]["tol_ratio"] = check(out_k, ref)["tol_ratio"] \
+                    if "kf_default_kernel_only" in base else None
+                del out_k
+            except Exception as e:  # noqa: BLE001
+                RES["errors"].append({"where": f"kernel only {M}x{N}x{K}", "err": repr(e)[:400]})
         del a_bf
         base["kf"] = {}
         for vname, cfg in variants.items():

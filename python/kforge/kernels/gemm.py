@@ -106,6 +106,19 @@ def _cfg(bm, bn, bk, warps, stages, group_m=8, split_k=1):
             "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages}
 
 
+# the bf16 scheme's second persistent kernel (tma2) reads these extra keys; a config with them
+# runs that kernel: EPI_SPLIT (epilogue column slices, 1/2/4), A_FP32 (cast A in registers
+# instead of the pass), WS (Triton's Hopper warp specialization), FLATTEN (one pipeline over
+# tiles and K steps; default: on unless WS)
+TMA2_KEYS = ("EPI_SPLIT", "A_FP32", "WS", "FLATTEN")
+
+
+def _t2(bm, bn, bk, warps, stages, epi_split, group_m=16, split_k=1, a_fp32=False,
+        flatten=True):
+    return dict(_cfg(bm, bn, bk, warps, stages, group_m, split_k), EPI_SPLIT=epi_split,
+                A_FP32=a_fp32, WS=False, FLATTEN=flatten)
+
+
 # Shared memory per stage = (A planes * BM + B planes * BN) * BK * bytes; a block gets at most
 # 232448 B on the H200. The persistent TMA kernel also keeps the epilogue's layout-conversion
 # scratch, so 128x256 tiles do not fit there (256x128 do). Tiles whose accumulators need more
@@ -123,8 +136,14 @@ _SPACES = {
     ("tf32", True): [_cfg(256, 128, 32, 8, 3), _cfg(128, 128, 32, 8, 4), _cfg(64, 128, 32, 4, 4)],
     ("tf32", False): [_cfg(128, 256, 32, 8, 3), _cfg(128, 128, 32, 8, 3), _cfg(128, 128, 32, 8, 4),
                       _cfg(64, 128, 32, 4, 4), _cfg(128, 64, 32, 4, 4)],
-    ("bf16", True): [_cfg(256, 128, 64, 8, 3, 16), _cfg(256, 128, 64, 8, 3), _cfg(128, 128, 64, 8, 3, 16),
-                     _cfg(128, 128, 64, 8, 4)],
+    # bf16 persistent: tma2 first (H200 runs 5-6, 2026-12-03/04: 128x256 tiles with the epilogue
+    # stored in 4 TMA slices fit 4 stages and beat the first kernel's 256x128 by 5-20% at
+    # M >= 8192); WS is off everywhere: Triton 3.6's Hopper warp specialization failed to compile
+    # this kernel or (128x128, one slice) returned wrong results
+    ("bf16", True): [_t2(128, 256, 64, 8, 4, 4), _t2(128, 256, 64, 8, 3, 2), _t2(256, 128, 64, 8, 4, 4),
+                     _cfg(256, 128, 64, 8, 3, 16), _t2(128, 128, 64, 8, 6, 2),
+                     _t2(64, 128, 64, 4, 6, 1, a_fp32=True, flatten=False),
+                     _cfg(128, 128, 64, 8, 3, 16), _cfg(128, 128, 64, 8, 4)],
     ("bf16", False): [_cfg(128, 256, 64, 8, 3), _cfg(128, 128, 64, 4, 4), _cfg(128, 128, 64, 8, 4),
                       _cfg(256, 128, 64, 8, 3), _cfg(64, 128, 64, 4, 4)],
     ("tf32x3", False): [_cfg(128, 64, 32, 4, 4), _cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4)],
@@ -150,13 +169,14 @@ def config_space(precision: str, impl: str | None = None, M: int | None = None,
             out += [dict(c, BLOCK_M=64, num_warps=4) for c in base[:2] if c["BLOCK_M"] == 128]
         for c in base[:2]:
             for sk in (2, 4):
-                out.append(dict(c, SPLIT_K=sk))      # runs on the pointer kernel
+                out.append(dict(c, SPLIT_K=sk))      # the pointer kernel, or tma2's work items
     return out
 
 
 def default_config(precision: str, impl: str | None = None, M: int | None = None,
                    N: int | None = None, K: int | None = None, tma: bool | None = None) -> dict:
-    """Measured best config per shape class (H200, 2026-11-30, benchmarks/gemm/NOTES.md)."""
+    """Measured best config per shape class (H200, 2026-11-30 and 2026-12-03/04 for the bf16
+    persistent kernel, benchmarks/gemm/NOTES.md)."""
     impl = impl or DEFAULT_IMPL[precision]
     tma = IMPL_OPTIONS[impl][1] if tma is None else tma
     small = M is not None and M <= 512
@@ -164,7 +184,14 @@ def default_config(precision: str, impl: str | None = None, M: int | None = None
         big = M is not None and N is not None and M >= 1024 and N >= 8192
         return _cfg(256, 128, 32, 8, 3) if big else _cfg(128, 128, 32, 8, 4)
     if impl == "bf16" and tma:
-        return _cfg(128, 128, 64, 8, 3, 16) if small else _cfg(256, 128, 64, 8, 3, 16)
+        # tma2 (runs 5-6): M > 512: 128x256x64, 4 stages, epilogue in 4 TMA slices (0.88-0.99 of
+        # cuBLAS bf16 against 0.67-0.91 for the first kernel's 256x128); M <= 512 (one wave of
+        # 128x128 tiles at M=256): 6 stages, cast pass (20% less GPU time than the first kernel at
+        # 256x8192x8192); M <= 128: A cast in registers (no pass: one launch instead of two, the
+        # fastest end to end at 64x4096x4096 where the launches dominate)
+        if M is not None and M <= 128:
+            return _t2(64, 128, 64, 4, 6, 1, a_fp32=True, flatten=False)
+        return _t2(128, 128, 64, 8, 6, 2) if small else _t2(128, 256, 64, 8, 4, 4)
     if impl == "bf16" and small:
         return _cfg(128, 128, 64, 4, 4)
     if impl == "tf32" and small:
@@ -657,6 +684,10 @@ _TMA2_HOST = """\
                 c, out{epi_launch}, M, N, M_PAD * N, out.stride(0), out.stride(1),
                 SPLIT_K=SK, BLOCK_M=32, BLOCK_N=128, num_warps=4))
         return out.reshape(*lead, N), kernels
+    if "EPI_SPLIT" in cfg:   # operands not TMA-able: the first kernels, with tiles they can fit
+        cfg = {{k: v for k, v in cfg.items() if k not in ("EPI_SPLIT", "A_FP32", "WS", "FLATTEN")}}
+        cfg.update(BLOCK_M=min(BM, 128), BLOCK_N=min(BN, 128), num_stages=min(cfg["num_stages"], 3))
+        BM, BN = cfg["BLOCK_M"], cfg["BLOCK_N"]
 """
 
 _TMA2_HELPERS = """
