@@ -26,7 +26,9 @@ policy (KF_POLICIES, default "bf16,strict"):
     measured configurations, or ends faster than blind with no more measurements.
 Writes $OUT/tuner.json (every measurement, all searches) and prints a table last; --replay
 re-runs step 2 over a recorded tuner.json and prints the table (specs found by name in the
-spec directories).
+spec directories). Measurements are keyed by configuration; where the builtin's space has
+changed since the recording, the replay searches the recorded space (configurations the
+record lacks are skipped).
 Env: KF_BUDGET_S (soft budget for the measurements, default 200), KF_POLICIES, KF_SPECS,
 KF_SPEC_DIRS.
 """
@@ -296,6 +298,8 @@ def table(results) -> str:
         why = p["reason"].split(":")[0] if p["reason"].startswith("stop") else p["reason"]
         if p["reason"].startswith("stop: the incumbent runs"):
             why = "stop (floor)"
+        elif "the model explains the incumbent" in p["reason"]:
+            why = "stop (model explains)"
         elif p["reason"].startswith("stop"):
             why = "stop (model)"
         lines.append(

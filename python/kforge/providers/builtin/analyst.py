@@ -15,8 +15,8 @@ product counts per scheme, the bytes each scheme reads, split-K's partial sums, 
 spills), with the profile's evidence (a spilling incumbent lowers the register budget).
 `stop_evidence` is the stop rule: a `stop: ...` line when the incumbent runs near the model's
 floor, when no untried configuration is predicted to gain MIN_GAIN even at the model's
-measured error (MODEL_ERROR), or when the incumbent is the model's own fastest configuration
-and the model explains it (measured within EXPLAINED of its prediction, every SM with a tile);
+measured error (MODEL_ERROR), or, without that margin, when the model explains the incumbent
+(measured within EXPLAINED of its predicted time, and a tile for every SM or memory-bound);
 the synthesis loop ends its optimization passes there.
 Other kernel kinds keep the rules below.
 """
@@ -345,7 +345,7 @@ def stop_evidence(shape, space: list[dict], profile: dict | Profile, tried: list
         return (f"the best untried configuration is predicted at {r:.2f}x the incumbent's "
                 f"{t:.4g} ms; at the model's error ({MODEL_ERROR:.0%}) it gains under "
                 f"{min_gain:.0%}: {json.dumps(c, sort_keys=True)}")
-    # the incumbent is the model's own best of the space, and the model explains it: measured
+    # no untried configuration is predicted to gain, and the model explains the incumbent: measured
     # within EXPLAINED of its prediction, and either every SM has a tile or the time is the
     # memory side's (with idle SMs the model's compute waves erred by 23 %: split-K 4 against 8
     # on 256x1024x32768, compute-bound; its memory side has no wave term)
@@ -357,9 +357,9 @@ def stop_evidence(shape, space: list[dict], profile: dict | Profile, tried: list
             where = (f"{m['tiles']} tiles for {sms} SMs" if full else
                      f"{m['tiles']} tiles for {sms} SMs, memory-bound: {m['memory_ms']:.3g} ms "
                      f"of bytes against {m['compute_ms']:.3g} ms of products")
-            return (f"the incumbent is the model's fastest configuration of the space (the "
-                    f"best untried is predicted at {r:.2f}x its time) and the model explains "
-                    f"it: {t:.4g} ms measured, {m['time_ms']:.4g} ms predicted (within "
+            return (f"no untried configuration is predicted to gain {min_gain:.0%} (the best "
+                    f"at {r:.2f}x the incumbent's time) and the model explains the incumbent: "
+                    f"{t:.4g} ms measured, {m['time_ms']:.4g} ms predicted (within "
                     f"{EXPLAINED:g}x); {where}")
     return ""
 
