@@ -57,6 +57,12 @@ render_gemm(name, *, precision="strict", epilogue="", epilogue_args=(), has_bias
 * tma: use the persistent kernel (one program per SM, tiles in grouped order, operands by TMA
   through host-side TensorDescriptors) when SPLIT_K == 1 and rows are 16-byte aligned; else the
   pointer kernel (cp.async pipelining, grouped order, optional split-K with a reduce kernel).
+* bf16 scheme only, a second persistent kernel (`tma2`): descriptors made in the kernel, A cast by
+  the pass or loaded fp32 and cast in registers, split-K as work items of the persistent loop, the
+  epilogue stored by TMA in column slices. A config carrying TMA2_KEYS (EPI_SPLIT, A_FP32, WS,
+  FLATTEN) runs it; the bf16 defaults do (H200 2026-12-03/04: its GEMM alone ran at 0.95-1.06 of
+  cuBLAS bf16 for M >= 256; NOTES.md runs 5-7). Operands it cannot take (K % 8, N % 4) fall back
+  to the kernels above with tiles of at most 128x128 and 3 stages.
 * config: the default launch configuration baked into the source as CONFIG (a dict with BLOCK_M,
   BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, num_warps, num_stages). `launch_with_config(cfg, *args)`
   runs with an explicit one (the tuner's entry point; no triton.autotune anywhere); `_run(args,
