@@ -49,6 +49,21 @@ def test_gemm_tiles_whose_address_skips_a_tile_axis_compile(name, monkeypatch):
                                                             [r.error[-300:] for r in reports])
 
 
+@pytest.mark.parametrize("policy", ["strict", "tf32", "bf16"])
+def test_a_weight_whose_planes_pass_int32_offsets_compiles(policy, monkeypatch):
+    """A 32768 x 32768 fp32 weight has 2**30 elements, under int32 offsets, but its lo plane
+    (strict's hi/lo split) starts at 2**30 and ends past them: addressed in int32 it was a
+    compile error on the H200 (benchmarks/verify). Its reads of the planes must be int64."""
+    monkeypatch.setenv("KFORGE_XCOMPILE", "0")
+    spec = load_spec(SPECS / "linear_relu_32768.json")
+    cand = candidates(spec, "cuda", policy)[0]
+    reports = _compile(spec, cand)
+    assert reports and all(r.ok for r in reports), [r.error for r in reports]
+    if policy == "strict":
+        lo = [ln for ln in cand.source.splitlines() if "1073741824" in ln and "tl.load" in ln]
+        assert lo and all("tl.int64" in ln for ln in lo), lo
+
+
 def test_rows_kernel_compiles_and_a_broken_source_is_reported():
     spec = load_spec(SPECS / "layer_norm.json")
     reports = _compile(spec, candidates(spec, "cuda", "strict")[0])

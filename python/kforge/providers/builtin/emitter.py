@@ -238,13 +238,15 @@ class Emitter:
                     tile[axis] = size
         return f"[{', '.join(tile)}]"
 
-    def address(self, ptr: str, offset: ix.Index, over) -> str:
+    def address(self, ptr: str, offset: ix.Index, over, wide: bool = False) -> str:
         """`ptr + offset` as a block over the kernel variables `over` (those of the offset, the
         mask and, for a store, the value). Triton takes a load's mask and a store's value in
         the pointer's shape (3.3 refuses to broadcast them to it, 3.9 checks it), so an offset
         that does not vary along one of their axes (the column of an N = 1 product, a padded
-        read of a 1x1 image) is broadcast explicitly."""
-        addr = f"{ptr} + {ix.render(offset, self.wide_offsets)}" if offset != ix.ZERO else ptr
+        read of a 1x1 image) is broadcast explicitly. `wide`: this buffer needs int64 offsets
+        though no tensor of the region does (a weight's hi/lo planes)."""
+        wide = wide or self.wide_offsets
+        addr = f"{ptr} + {ix.render(offset, wide)}" if offset != ix.ZERO else ptr
         tile = self.tile_of(over)
         if tile is not None and tile != self.tile_of(ix.variables(offset)):
             addr = f"tl.broadcast_to({addr}, {tile})"
@@ -335,8 +337,12 @@ class Emitter:
         plane = math.prod(t.shape)
         if name in self.planes:      # a weight stored as [hi, lo] planes by prepare_weights
             offset = ix.add(offset, ix.const(self.plane * plane))
+        # the buffer read holds planes or split-K slices of the tensor, one after another: a
+        # 32768 x 32768 weight's lo plane starts at 2**30 and ends past int32 (a compile error
+        # on the H200, measured)
+        wide = plane * (self.plane + splits) >= WIDE_OFFSETS
         for s in range(splits):     # split-K partial products are summed on the way in
-            addr = self.address(ptr, ix.add(offset, ix.const(s * plane)), over)
+            addr = self.address(ptr, ix.add(offset, ix.const(s * plane)), over, wide)
             loads.append(f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})")
         code = " + ".join(loads)
         val = self.define(scope, deps, code, t.dtype, stem="x")

@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass, field
 
 from kforge.providers.builtin import indexing as ix
-from kforge.providers.builtin.emitter import (BF16_RNE, TL_DTYPES, TORCH_DTYPES, CannotGenerate,
-                                              ColumnSpace, Emitter, KVar, Scope, Val,
-                                              combine_function, compose, domain_sizes)
+from kforge.providers.builtin.emitter import (BF16_RNE, TL_DTYPES, TORCH_DTYPES, WIDE_OFFSETS,
+                                              CannotGenerate, ColumnSpace, Emitter, KVar, Scope,
+                                              Val, combine_function, compose, domain_sizes)
 from kforge.reference import recognize_contraction
 from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp, affine_dims
 
@@ -928,7 +928,8 @@ def _fp16x3_step(b: _Builder, em: Emitter, con: Contraction, loop: Scope, p_b: d
         n_index = ix.ravel(tuple(index[j] for j in n_dims), tuple(wshape[j] for j in n_dims))
         planes = 2 if products == 3 else 1          # the exponents follow the planes
         tail = ix.add(n_index, ix.const(planes * math.prod(wshape)))
-        undo.append(f"e_b = tl.load({em.pointers[b_weight]} + {ix.render(tail)})"
+        wide = planes * math.prod(wshape) + math.prod(wshape[j] for j in n_dims) >= WIDE_OFFSETS
+        undo.append(f"e_b = tl.load({em.pointers[b_weight]} + {ix.render(tail, wide)})"
                     ".to(tl.int32)  # B's column exponents e - 15 (after its planes)")
         sb = "((e_b + 127) << 23).to(tl.float32, bitcast=True)"
         b.fp16_weights[b_weight] = (n_dims, planes)
