@@ -120,7 +120,11 @@ class PlanGraphs:
                 self.borrow = False
                 return self._capture(self.signature(args), args)
             graph = torch.cuda.CUDAGraph()
-            if self.pool is None:
+            if self.pool is None or not self.captured:
+                # a pool lives while a graph captured into it does: once the last one is gone
+                # (dropped after address misses, or a capture that failed) its use count is 0
+                # and capturing into it again trips the caching allocator's assert
+                # ("use_count > 0", seen on the H200 in a bf16 decode package)
                 self.pool = torch.cuda.graph_pool_handle()
             def track(step, run):
                 current[:] = [step]

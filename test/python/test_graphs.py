@@ -65,3 +65,19 @@ def test_new_large_tensors_every_call_are_copied_after_a_few_captures():
     assert graphs.borrow is False and len(graphs.captured) == 1
     entry = next(iter(graphs.captured.values()))
     assert all(t is not big for t in entry.inputs)
+
+
+def test_a_capture_after_the_last_graph_is_gone_takes_a_fresh_pool():
+    """Captures that share a pool keep it alive; once none is left (a capture that failed, or
+    every capture dropped after address misses) the next capture must not reopen that pool."""
+    def syncs(args, track=None):
+        if args[0].shape[0] == 1:
+            args[0].sum().item()           # a host synchronization: cannot be captured
+        return (args[0] * 2.0,)
+
+    graphs = PlanGraphs(syncs, torch.device("cuda"))
+    one, two = torch.ones(1, 256, device="cuda"), torch.ones(2, 256, device="cuda")
+    assert torch.equal(graphs([one])[0], one * 2.0)
+    assert len(graphs.skipped) == 1 and not graphs.captured
+    assert torch.equal(graphs([two])[0], two * 2.0)
+    assert len(graphs.captured) == 1
