@@ -28,7 +28,22 @@ DEFAULT_PACKAGES=.carry/llm
 source "$(dirname "$0")/../device_env.sh"
 STEPS="${STEPS:-moe tune bench}"
 WORKLOADS="${WORKLOADS:-benchmarks/models/llama3_8b.py benchmarks/models/gpt_oss_20b.py}"
-BENCH_WORKLOADS="${BENCH_WORKLOADS:-$WORKLOADS}"   # e.g. benchmarks/models/llama3_8b.py::decode
+# the bench's workloads (e.g. benchmarks/models/llama3_8b.py::decode); by default the phases of
+# $WORKLOADS that have a package in $PACKAGES, so that a folder of decode packages does not
+# bench prefill without KForge (a whole device call lost to it once, 2026-12-04)
+packaged() {
+  local names="" d w f
+  for d in "$PACKAGES"/*/*/; do
+    [ -d "$d" ] || continue
+    w="$(basename "$d")"
+    f="benchmarks/models/${w%.*}.py"
+    [[ " $WORKLOADS " == *" $f "* || " $WORKLOADS " == *" $f::${w##*.} "* ]] || continue
+    [[ " $names " == *" $f::${w##*.} "* ]] || names="$names $f::${w##*.}"
+  done
+  echo "${names# }"
+}
+BENCH_WORKLOADS="${BENCH_WORKLOADS:-$(packaged)}"
+BENCH_WORKLOADS="${BENCH_WORKLOADS:-$WORKLOADS}"
 POLICIES="${POLICIES:-strict,bf16}"
 BUDGET_S="${BUDGET_S:-560}"                  # this call's whole budget
 export KFORGE_ZOO_SIZE="${KFORGE_ZOO_SIZE:-real}"
