@@ -55,7 +55,8 @@ def test_a_weight_whose_planes_pass_int32_offsets_compiles(policy, monkeypatch):
     (strict's hi/lo split) starts at 2**30 and ends past them: addressed in int32 it was a
     compile error on the H200 (benchmarks/verify). Its reads of the planes must be int64."""
     monkeypatch.setenv("KFORGE_XCOMPILE", "0")
-    spec = load_spec(SPECS / "linear_relu_32768.json")
+    spec = load_spec(Path(__file__).parents[2] / "benchmarks" / "verify" / "specs" /
+                     "b2becf6a18e704a7.json")   # benchmarks/verify/models/linear_relu_32768.py
     cand = candidates(spec, "cuda", policy)[0]
     reports = _compile(spec, cand)
     assert reports and all(r.ok for r in reports), [r.error for r in reports]

@@ -375,7 +375,7 @@ before = rss()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 want = torch.relu(args[0].double() @ args[1].double().T + args[2].double())
 print(json.dumps({"peak": peak - before, "out": out.numel() * 8,
-                  "same": bool(torch.equal(out, want))}))
+                  "same": bool(torch.allclose(out, want, rtol=1e-12, atol=1e-12))}))
 """
 
 
@@ -388,7 +388,9 @@ def test_float64_reference_holds_only_live_values(tmp_path):
     process's peak resident memory, in a process of its own; an LM head's float64 reference
     ran the H200 out of memory so). In CI's parallel run the same measure read 4.2x once (not
     understood: the allocator's state is not the test's), so the bound is 5.5x, which the old
-    interpreter's 7.1x still fails."""
+    interpreter's 7.1x still fails. The result is compared with float64 rounding's tolerance,
+    not bit for bit: MKL on another CPU (AMD EPYC, AVX512, 2026-12-04) blocked the two products
+    differently, 1.4e-14 apart in 2,751 of 33.5 M elements."""
     import subprocess
     import sys
     text = (SPECS / "matmul_bias_relu.json").read_text()
