@@ -354,6 +354,18 @@ def {name}_epilogue(acc, offs_m, offs_n, M, N{epi_fparams}):
 {epi_code}
     return acc
 
+
+@triton.jit
+def {name}_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of tile `tile_id` in grouped order: GROUP_M row tiles share each
+    column of B while it is in L2."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((tile_id % num_pid_in_group) % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
 {prep_kernel}
 @triton.jit
 def {name}_kernel(
@@ -365,17 +377,8 @@ def {name}_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
 ):
-    # grouped tile order: GROUP_M row-tiles share each column of B while it is in L2
-    pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = {name}_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     # loads wrap at the edges (% M, % N) so that only the store is masked
     offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
@@ -545,13 +548,8 @@ def {name}_tma_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
-        group_id = tile_id // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_size_m)
-        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        pid_m, pid_n = {name}_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -613,18 +611,13 @@ def {name}_tma2_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     k_per_split = tl.cdiv(k_tiles, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
     # FLATTEN: one software pipeline over (work item, K step), so the next tile's loads are in
     # flight during this tile's epilogue (Hopper's warp specialization wants it off)
     for work_id in tl.range(start_pid, num_tiles * SPLIT_K, NUM_SMS, flatten=FLATTEN,
                             warp_specialize=WS):
         tile_id = work_id // SPLIT_K
         split = work_id % SPLIT_K
-        group_id = tile_id // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (tile_id % group_size_m)
-        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        pid_m, pid_n = {name}_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         k_lo = split * k_per_split
