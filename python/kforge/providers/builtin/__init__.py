@@ -17,7 +17,7 @@ from kforge.providers.builtin.moe import is_moe, moe_source_for, moe_space
 from kforge.providers.builtin.emitter import CannotGenerate
 from kforge.providers.builtin.kernels import (FP16X3, RegionShape, analyze_region,
                                               gemm_input_precisions, generate_source, problem_of,
-                                              stage_configs)
+                                              stage_configs, tma_configs)
 from kforge.targets import get_target
 
 __all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space",
@@ -45,7 +45,11 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
         out, fallback = [], []
         schemes = gemm_input_precisions(spec, target, precision, shape)
         for p in schemes:
-            for c in stage_configs(spec, target, precision, shape, p):
+            configs = stage_configs(spec, target, precision, shape, p)
+            if p is None and precision == "bf16":
+                # the persistent TMA kernel's tiles first (KFORGE_BUILTIN_TMA=1 only; else none)
+                configs = tma_configs(spec, target, precision, shape) + configs
+            for c in configs:
                 if _accuracy_fallback(precision, p, schemes):
                     fallback.append(dict(c, input_precision=p))
                 else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from dataclasses import dataclass, field
 
 from kforge.providers.builtin import indexing as ix
@@ -232,6 +233,7 @@ class _Builder:
         self.fp16_weights: dict[str, tuple[tuple, int]] = {}
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
+        self.tma = False                             # in-kernel TMA descriptors
 
     def snapshot(self) -> dict:
         """The bookkeeping so far, to undo a kernel that could not be generated."""
@@ -650,6 +652,9 @@ def build_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
 
 def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
                fuse_rows: bool, split_k: int = 1) -> None:
+    if config.get("TMA"):
+        _emit_gemm_tma(b, shape, outputs, config, name, fuse_rows)
+        return
     spec, target, con = b.spec, b.target, shape.contraction
     op = con.op
     M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
@@ -786,7 +791,6 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     out_map = op.indexing_maps[op.num_inputs]
     tile_index = tuple(compose(r, p_out) for r in out_map.results)
     vc = op.results[0]
-    vc_dtype = spec.tensor(vc).dtype
     tile_deps = frozenset({"rm", "rn"} | ({"batch"} if con.batch else set()))
     if split_k > 1:
         ws = f"{vc}_tmp"
@@ -803,22 +807,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
         b.kernels[-1].params.append(ws)
         b.kernels[-1].tensors.append(vc)
         return
-    acc_val = Val("acc", tile_deps, acc_dtype)
-    if vc_dtype != acc_dtype:
-        acc_val = em.define(root, tile_deps, f"acc.to({TL_DTYPES[vc_dtype]})", vc_dtype)
-    init_const = em.init_constant(op.inits[0])
-    if init_const != 0.0:
-        init = em.value(op.inits[0], tile_index, root)
-        acc_val = em.define(root, tile_deps | init.deps, f"{acc_val.code} + {init.code}",
-                            vc_dtype, "the contraction's initial value")
-    root.cache[("value", vc, tile_index, 0)] = acc_val
-    root.emit(f"# epilogue on the accumulator tile")
-    for o in outputs:
-        index = tile_index_of(spec, vc, tile_index, o)
-        if index is None:
-            raise CannotGenerate(f"{o} does not have the contraction's shape")
-        val = em.value(o, index, root)
-        b.store(root, em, o, f"{o}_out", index, val)
+    _emit_epilogue(b, em, root, con, tile_index, outputs, acc_dtype, tile_deps)
     fused = "; row reductions fused (one tile spans N)" if fuse_rows else ""
     b.finish(em, name, outputs, {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
                                  "GROUP_M": config["GROUP_M"]}, root.lines,
@@ -827,6 +816,207 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
              options=b.target.launch_options(config),
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
              + (f"; products: {impl}" if impl else "")
+             + f"; epilogue: {_ops_comment(spec, em)}{fused}")
+
+
+def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, tile_index: tuple,
+                   outputs: list[str], acc_dtype: str, tile_deps: frozenset) -> None:
+    """The region's ops on the accumulator tile `acc` (bound in `scope`) and the stores of
+    `outputs`: reading the product inlines to the tile."""
+    spec, op = b.spec, con.op
+    vc = op.results[0]
+    vc_dtype = spec.tensor(vc).dtype
+    acc_val = Val("acc", tile_deps, acc_dtype)
+    if vc_dtype != acc_dtype:
+        acc_val = em.define(scope, tile_deps, f"acc.to({TL_DTYPES[vc_dtype]})", vc_dtype)
+    init_const = em.init_constant(op.inits[0])
+    if init_const != 0.0:
+        init = em.value(op.inits[0], tile_index, scope)
+        acc_val = em.define(scope, tile_deps | init.deps, f"{acc_val.code} + {init.code}",
+                            vc_dtype, "the contraction's initial value")
+    scope.cache[("value", vc, tile_index, 0)] = acc_val
+    scope.emit(f"# epilogue on the accumulator tile")
+    for o in outputs:
+        index = tile_index_of(spec, vc, tile_index, o)
+        if index is None:
+            raise CannotGenerate(f"{o} does not have the contraction's shape")
+        val = em.value(o, index, scope)
+        b.store(scope, em, o, f"{o}_out", index, val)
+
+
+# ---------------------------------------------------------------------------------------------
+# The persistent TMA GEMM (bf16 scheme; opt-in, KFORGE_BUILTIN_TMA=1)
+# ---------------------------------------------------------------------------------------------
+# Offered only where this is set: an experiment, not yet measured on a GPU
+# (docs/builtin-provider.md). kforge/kernels/gemm.py's tma2, the same design, measured 0.83-0.93
+# of cuBLAS on the H200 where this builtin's pointer kernels reach about 0.75 of the bf16 floor.
+TMA_ENV = "KFORGE_BUILTIN_TMA"
+
+
+def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape) -> bool:
+    """Whether the persistent TMA kernel fits this GEMM stage under the bf16 scheme: a 2-D
+    product (no batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to
+    bf16 once by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned bf16 rows),
+    an fp32 product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
+    cast to a bf16 [M, K] copy by a pass; the output is stored with masked tl.store, so N needs
+    no alignment."""
+    if precision != "bf16" or stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
+        return False
+    if target.name == "cuda" and target.sm < 90:        # TMA is Hopper's
+        return False
+    con = stage.contraction
+    op = con.op
+    N, K = con.extent(con.n), con.extent(con.k)
+    if con.batch or K % 8 or spec.tensor(op.results[0]).dtype != "f32":
+        return False
+    if spec.tensor(op.operands[con.a]).dtype not in ("f32", "bf16", "f16"):
+        return False
+    if any(math.prod(t.shape) >= WIDE_OFFSETS for t in (*spec.args, *spec.values)):
+        return False
+    weight = _weight_source(spec, op.operands[con.b])
+    if weight is None or tuple(spec.tensor(weight).shape) != (N, K):
+        return False
+    return _weight_read_index(spec, target, con, weight) == (ix.IVar("rn"), ix.IVar("kb"))
+
+
+def _weight_read_index(spec: KernelSpec, target, con: Contraction, weight: str):
+    """The index at which the product reads `weight` for its B tile [kb, rn] (None when the
+    emitter cannot read it)."""
+    N, K = con.extent(con.n), con.extent(con.k)
+    kvars = {"rn": KVar("rn", None, ("1", "BLOCK_N")), "kb": KVar("kb", None, ("BLOCK_K", "1"))}
+    em = Emitter(spec, target, kvars, {weight: weight})
+    p = dict(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
+    p.update(zip(con.k, ix.unravel(ix.IVar("kb"), [con.sizes[d] for d in con.k])))
+    with ix.ranges({"rn": (0, N), "kb": (0, K)}):
+        try:
+            em.body_value(con.op, p, con.op.body.args[con.b], Scope(None, binds={"rn", "kb"}))
+        except CannotGenerate:
+            return None
+    return em.load_index.get(weight)
+
+
+def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape) -> list[dict]:
+    """The TMA kernel's configurations (the target's first two bf16 tiles without split-K, with
+    TMA set), where KFORGE_BUILTIN_TMA=1 and the stage qualifies (tma_eligible); else none."""
+    if os.environ.get(TMA_ENV) != "1" or not tma_eligible(spec, target, precision, stage):
+        return []
+    problem = dict(problem_of(spec, stage), precision=precision)
+    tiles = [c for c in target.configs("gemm", problem) if c.get("SPLIT_K", 1) == 1]
+    return [dict(c, TMA=True) for c in tiles[:2]]
+
+
+def build_cast_pass(b: _Builder, shape: RegionShape, out: str, name: str) -> None:
+    """The pass that writes the GEMM's A as a bf16 [M, K] copy for the TMA kernel's
+    descriptor (A's producers, if any, computed on the way)."""
+    con = shape.contraction
+    M, K = con.extent(con.m), con.extent(con.k)
+    with ix.ranges({"rows": (0, M), "cols": (0, K)}):
+        _emit_cast_pass(b, shape, out, name, M, K)
+
+
+def _emit_cast_pass(b: _Builder, shape: RegionShape, out: str, name: str, M: int,
+                    K: int) -> None:
+    con = shape.contraction
+    op = con.op
+    BC = min(256, 1 << (K - 1).bit_length())
+    BR = max(1, min(4096 // BC, 1 << (M - 1).bit_length()))
+    kvars = {"rows": KVar("rows", f"rows < {M}" if M % BR else None, ROW),
+             "cols": KVar("cols", f"cols < {K}" if K % BC else None, COL)}
+    em = b.emitter(kvars)
+    root = Scope(None, binds={"rows", "cols"})
+    em.root = root
+    root.emit("rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+    root.emit("cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]")
+    p = dict(zip(con.m, ix.unravel(ix.IVar("rows"), [con.sizes[d] for d in con.m])))
+    p.update(zip(con.k, ix.unravel(ix.IVar("cols"), [con.sizes[d] for d in con.k])))
+    x = em.body_value(op, p, op.body.args[con.a], root)
+    code = x.code if {"rows", "cols"} <= x.deps else \
+        f"tl.broadcast_to({x.code}, [BLOCK_R, BLOCK_C])"
+    if b.target.bf16_dot_ok:
+        code = f"{code}.to(tl.bfloat16)"
+    else:           # the interpreter truncates .to(tl.bfloat16): round to nearest even first
+        b.combiners.setdefault(BF16_RNE, None)
+        code = f"{BF16_RNE}({code}).to(tl.bfloat16)"
+    store_tile(root, em, f"{out}_out", ix.add(ix.mul(ix.IVar("rows"), ix.const(K)),
+                                              ix.IVar("cols")), Val(code, x.deps, "bf16"))
+    b.finish(em, name, [out], {"BLOCK_R": BR, "BLOCK_C": BC}, root.lines,
+             f"(triton.cdiv({M}, {BR}), triton.cdiv({K}, {BC}))", 4,
+             comment=f"{op.name}'s A ({M} x {K}) cast to bf16 for the TMA GEMM's descriptor",
+             out_params={out: f"{out}_out"})
+
+
+def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: dict,
+                   name: str, fuse_rows: bool) -> None:
+    """A persistent GEMM: min(tiles, SMs) programs walk the output tiles in grouped order; A
+    (the cast pass's bf16 copy) and B (the bf16 weight [N, K]) arrive through in-kernel TMA
+    descriptors, num_stages deep; fp32 accumulation; the region's epilogue on the tile, stored
+    with masked tl.store."""
+    spec, target, con = b.spec, b.target, shape.contraction
+    op = con.op
+    M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
+    BM, BN, BK = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    if fuse_rows and BN < N:
+        raise CannotGenerate("fused row reductions need BLOCK_N >= N")
+    if not tma_eligible(spec, target, b.precision, shape) or config.get("input_precision") \
+            or config.get("SPLIT_K", 1) > 1:
+        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16-scheme products of a "
+                             "K-major weight with K % 8 == 0, without split-K")
+    weight = _weight_source(spec, op.operands[con.b])
+    a16 = f"{op.results[0]}_a16"
+    kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
+             "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", "BLOCK_N"))}
+    columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
+    em = b.emitter(kvars, columns)
+    em.loads.setdefault(a16, set()).add("dot")
+    em.loads.setdefault(weight, set()).add("dot")       # bf16 from prepare_weights
+    top = Scope(None)
+    tiles = -(-M // BM) * -(-N // BN)
+    programs = max(1, min(tiles, target.compute_units))
+    top.emit("pid = tl.program_id(0)")
+    top.emit(f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M")
+    top.emit(f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N")
+    top.emit("group = GROUP_M * num_pid_n")
+    top.emit(f"a_desc = tl.make_tensor_descriptor({em.pointers[a16]}, shape=[{M}, {K}], "
+             f"strides=[{K}, 1], block_shape=[BLOCK_M, BLOCK_K])")
+    top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{N}, {K}], "
+             f"strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])")
+    # only the K loop is pipelined: the tile loop flattened with it (tma2's FLATTEN), or
+    # pipelined itself where K is one step, takes a tile-sized buffer more with this tl.store
+    # epilogue (sm_90 cross-compile, 128x256x64, 3 stages: 278552 bytes of shared memory
+    # against the H200's 232448; K loop alone 147480)
+    top.emit("# persistent: NUM_SMS programs walk the tiles in grouped order (GROUP_M row tiles "
+             "share their B tiles in L2)")
+    tile = Scope(top, binds={"rm", "rn"}, depth=2,
+                 header="for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, "
+                        "num_stages=1):")
+    em.root = tile
+    tile.emit("first_m = (tile // group) * GROUP_M")
+    tile.emit("group_m = min(num_pid_m - first_m, GROUP_M)")
+    tile.emit("pid_m = first_m + (tile % group) % group_m")
+    tile.emit("pid_n = (tile % group) // group_m")
+    tile.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+    tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
+    tile.emit("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
+    loop.emit("a = a_desc.load([pid_m * BLOCK_M, k0])  # zero past M and K")
+    loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] tile, zero past N, K")
+    if target.bf16_dot_ok:
+        loop.emit(f"acc = tl.dot(a, w.T, acc)  # {op.name}")
+    else:               # the interpreter: bf16 values, fp32 products
+        loop.emit(f"acc = tl.dot(a.to(tl.float32), w.T.to(tl.float32), acc)  # {op.name}")
+    loop.close()
+    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
+    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
+    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    _emit_epilogue(b, em, tile, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}))
+    tile.close()
+    b.tma = True
+    fused = "; row reductions fused (one tile spans N)" if fuse_rows else ""
+    b.finish(em, name, outputs, {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
+                                 "GROUP_M": config["GROUP_M"], "NUM_SMS": programs}, top.lines,
+             f"({programs},)", config["num_warps"], config.get("num_stages"),
+             options=target.launch_options(config),
+             comment=f"{op.name} M={M} N={N} K={K}; persistent, operands by TMA (bf16)"
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
 
 
@@ -1081,6 +1271,12 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         for side in sides:
             build_split_pass(b, stage, side, f"{vc}_{side}16", f"{vc}_{side}s",
                              f"{stem}_split_{side}", lo=scheme == FP16X3)
+    if config.get("TMA"):
+        # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read
+        a16 = f"{vc}_a16"
+        b.temporaries[a16] = (f"torch.empty(({con.extent(con.m)}, {con.extent(con.k)}), "
+                              "device=device, dtype=torch.bfloat16)  # A in bf16 for TMA")
+        build_cast_pass(b, stage, a16, f"{stem}_cast_a")
     if split_k > 1:
         ws_shape = (split_k,) + tuple(spec.tensor(vc).shape)
         b.temporaries[vc] = (f"torch.empty({ws_shape!r}, device=device, "
@@ -1211,6 +1407,11 @@ def _assemble(b: _Builder, shape: RegionShape, config: dict) -> str:
         t = spec.tensor(o)
         lines.append(f"    {o} = torch.empty({tuple(t.shape)!r}, device=device, "
                      f"dtype={TORCH_DTYPES[t.dtype]})")
+    if b.tma:
+        lines.append("    # tl.make_tensor_descriptor writes the descriptors to scratch memory "
+                     "it takes from this allocator")
+        lines.append("    triton.set_allocator(lambda size, alignment, stream: "
+                     "torch.empty(size, device=device, dtype=torch.int8))")
     for k in b.kernels:
         lines.append(f"    {k.call()}")
     lines.append(f"    return ({', '.join(spec.results)}{',' if len(spec.results) == 1 else ''})")
