@@ -680,10 +680,7 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
     root.emit(f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N")
     root.emit("# grouped tile order: GROUP_M row tiles share their B tiles in L2")
     root.emit("group = GROUP_M * num_pid_n")
-    root.emit("first_m = (pid // group) * GROUP_M")
-    root.emit("group_m = min(num_pid_m - first_m, GROUP_M)")
-    root.emit("pid_m = first_m + (pid % group) % group_m")
-    root.emit("pid_n = (pid % group) // group_m")
+    _emit_grouped_tile(root, "pid")
     root.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
     root.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
     bvar, mvar, nvar = ix.IVar("batch"), ix.IVar("rm"), ix.IVar("rn")
@@ -817,6 +814,16 @@ def _emit_gemm(b: _Builder, shape: RegionShape, outputs: list[str], config: dict
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
              + (f"; products: {impl}" if impl else "")
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
+
+
+def _emit_grouped_tile(scope: Scope, tile: str) -> None:
+    """pid_m, pid_n of output tile `tile` in grouped order (`num_pid_m` and `group`, GROUP_M
+    row tiles by num_pid_n, already bound): the pointer kernel's program, the persistent
+    kernel's loop variable."""
+    scope.emit(f"first_m = ({tile} // group) * GROUP_M")
+    scope.emit("group_m = min(num_pid_m - first_m, GROUP_M)")
+    scope.emit(f"pid_m = first_m + ({tile} % group) % group_m")
+    scope.emit(f"pid_n = ({tile} % group) // group_m")
 
 
 def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, tile_index: tuple,
@@ -990,10 +997,7 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
                  header="for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, "
                         "num_stages=1):")
     em.root = tile
-    tile.emit("first_m = (tile // group) * GROUP_M")
-    tile.emit("group_m = min(num_pid_m - first_m, GROUP_M)")
-    tile.emit("pid_m = first_m + (tile % group) % group_m")
-    tile.emit("pid_n = (tile % group) // group_m")
+    _emit_grouped_tile(tile, "tile")
     tile.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
     tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
     tile.emit("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
