@@ -7,9 +7,11 @@ For each region and policy (KF_POLICIES, default "bf16,strict"): the space, its 
 configuration (the functional round measures it), the model's ranking of the rest from there
 (`analyst.rank_configs`: the profile-driven order before any measured evidence changes it),
 the predicted times of the first and of the model's pick, the model's floor, and whether the
-confident stop (`analyst.stop_evidence`) could end the search after the first measurement: only
-when the first configuration is the model's own fastest, its tiles cover every SM (or it is
-memory-bound) and it then measures within analyst.EXPLAINED of its prediction.
+stop rule (`analyst.stop_evidence`, asked with the first configuration measured at its predicted
+time) could end the search after the first measurement: the confident stop only when the first
+configuration is the model's own fastest by MIN_GAIN, its tiles cover every SM (or it is
+memory-bound) and it then measures within analyst.EXPLAINED of its prediction; the older stop
+when no untried configuration is predicted to gain even at the model's error.
 """
 import glob
 import json
@@ -52,10 +54,19 @@ def predict(spec_dir: str, policies) -> list[dict]:
                 "pick_ms": pred[space.index(pick)],
                 "order": [0] + [space.index(c) for c, _ in ranked[:5]],
                 "floor_ms": analyst.model_floor_ms(shape, space, spec=spec),
-                "may_stop_at_1": ratio >= 1 - analyst.MIN_GAIN and (
-                    m0["tiles"] >= analyst.SMS or m0["memory_ms"] >= m0["compute_ms"]),
+                # the stop rule on the first configuration, had it measured its prediction
+                "may_stop_at_1": analyst.stop_evidence(
+                    shape, space, {"config": first, "time_ms": pred[0]}, [first], spec=spec),
             })
     return out
+
+
+def _stop(why: str) -> str:
+    if not why:
+        return "no"
+    if "explains" in why:       # the confident stop: only if measured within EXPLAINED
+        return "yes, if within 2x"
+    return "yes (no untried configuration predicted to gain)"
 
 
 def table(rows) -> str:
@@ -67,7 +78,7 @@ def table(rows) -> str:
                      f"#0 {r['first']} | {r['pick']} | {r['first_ms']:.4f} / "
                      f"{r['pick_ms']:.4f} | {r['floor_ms']:.4f} | "
                      f"{', '.join(map(str, r['order']))} | "
-                     f"{'yes, if within 2x' if r['may_stop_at_1'] else 'no'} |")
+                     f"{_stop(r['may_stop_at_1'])} |")
     return "\n".join(lines)
 
 

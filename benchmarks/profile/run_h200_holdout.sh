@@ -6,7 +6,8 @@
 # Env: KF_SPEC_DIRS (default the holdout dir; "benchmarks/profile/specs,benchmarks/profile/specs_holdout"
 # for both, which needs about twice the time), KF_POLICIES, KF_BUDGET_S.
 # The second held-out set (2026-12-04): KF_SPEC_DIRS=benchmarks/profile/specs_holdout2
-# KF_BUDGET_S=210 (93 s on the H200, 345 configurations).
+# KF_BUDGET_S=210 (93 s on the H200, 345 configurations). The third (2026-12-04):
+# KF_SPEC_DIRS=benchmarks/profile/specs_holdout3 KF_BUDGET_S=200 (345 configurations).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../device_env.sh"
 {

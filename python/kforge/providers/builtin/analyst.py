@@ -123,6 +123,12 @@ _SPILL = 2.5                                # a spilling kernel's slowdown (meas
 _VALUES_PER_THREAD = 200                    # of 255 registers, the rest: addresses and state
 # the fp32-operand schemes' split arithmetic, against their products at the tensor-core rate
 _SCHEME_EFF = {"3xtf32": 0.9, "tf32x3": 0.7, "bf16x6": 0.6}
+# tf32-rate products (tf32, 3xtf32, tf32x3) with a B whose contiguous dimension is N (bmm's
+# second operand, a weight used as x @ W): wgmma reads 32-bit operands from shared memory only
+# K-major (its transpose bits are for 16-bit types), so B is transposed each k-step. On the two
+# recorded batched spaces (bmm_scale, bmm16_sigmoid: strict) their non-spilling tiles measured a
+# median 2.9-3.5x the model's time against 1.2-1.4x for K-major B (all 24 other strict spaces)
+_TF32_MN_EFF = 0.4
 _DRAM_LATENCY_S = 1.0e-6                    # a loaded H200's DRAM round trip (order of)
 _LAUNCH_S = 4e-6                            # one more kernel launch
 # the stop rule's safety margin: how much too pessimistic the model's ratio of a candidate's
@@ -198,6 +204,14 @@ def shared_limit(target) -> int:
     return getattr(info, "shared_bytes", None) or _SHARED_LIMIT
 
 
+def _b_mn_major(spec, shape) -> bool:
+    """Whether B's contiguous dimension is an output column (N), as the region holds it."""
+    if spec is None:
+        return False
+    from kforge.providers.builtin.kernels import _b_n_major
+    return _b_n_major(spec, shape.contraction)
+
+
 def _operands(spec, shape) -> tuple[int, int, bool]:
     """(bytes of an A element, of a B element, is B a weight) as the region holds them."""
     if spec is None:
@@ -231,10 +245,11 @@ def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
     rate = _rate(peaks, scheme)
     eff = _tile_eff(bm, bn, scheme) * (_K32_EFF if bk < 64 and scheme not in _FP32_SPLIT
                                        else 1.0) \
-        * _SCHEME_EFF.get(scheme, 1.0)
-    compute = per_sm * 2 * bm * bn * k_tile * _PRODUCTS.get(scheme, 1) / (rate / sms * eff)
+        * _SCHEME_EFF.get(scheme, 1.0) \
+        * (_TF32_MN_EFF if scheme in _TF32_RATE and _b_mn_major(spec, shape) else 1.0)
     # bytes, as the kernel reads them
     a_e, b_e, b_weight = _operands(spec, shape)
+    compute = per_sm * 2 * bm * bn * k_tile * _PRODUCTS.get(scheme, 1) / (rate / sms * eff)
     planes = _FP16_PLANES.get(scheme)
     extra = 0.0
     if planes:                       # A (and a B that is no weight) split by a pass
@@ -350,7 +365,7 @@ def stop_evidence(shape, space: list[dict], profile: dict | Profile, tried: list
     # memory side's (with idle SMs the model's compute waves erred by 23 %: split-K 4 against 8
     # on 256x1024x32768, compute-bound; its memory side has no wave term)
     base = prof.config or {}
-    if base and r >= 1 - min_gain:
+    if base and r >= 1 + min_gain:
         m = tile_model(shape, base, sms, spec, peaks)
         full = m["tiles"] >= sms
         if t <= EXPLAINED * m["time_ms"] and (full or m["memory_ms"] >= m["compute_ms"]):

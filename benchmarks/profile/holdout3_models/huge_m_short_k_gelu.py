@@ -1,0 +1,37 @@
+"""Very tall, short reduction: 131072 x 128 -> 512, bias, then GELU (tanh form).
+
+A third held-out shape for the builtin tuner's cost model (benchmarks/profile/specs_holdout3/):
+our own workload, in the KernelBench file format. `get_inputs()` / `get_init_inputs()` give the
+full size; pass `scale="smoke"` for a tiny CPU variant.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=131072, K=128, N=512)
+SMOKE = dict(M=64, K=16, N=32)
+TAGS = ('gemm', 'tall', 'short-k', 'gelu')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N, bias=True)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return F.gelu(y, approximate="tanh")
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]

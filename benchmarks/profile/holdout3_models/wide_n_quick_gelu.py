@@ -1,0 +1,37 @@
+"""Wide output: 2048 x 512 -> 11008, bias, then quick GELU (y * sigmoid(1.702 y)).
+
+A third held-out shape for the builtin tuner's cost model (benchmarks/profile/specs_holdout3/):
+our own workload, in the KernelBench file format. `get_inputs()` / `get_init_inputs()` give the
+full size; pass `scale="smoke"` for a tiny CPU variant.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FULL = dict(M=2048, K=512, N=11008)
+SMOKE = dict(M=32, K=16, N=48)
+TAGS = ('gemm', 'wide-n', 'quick-gelu')
+
+
+def sizes(scale="full"):
+    return SMOKE if scale == "smoke" else FULL
+
+
+class Model(nn.Module):
+    def __init__(self, K, N):
+        super().__init__()
+        self.fc = nn.Linear(K, N, bias=True)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y * torch.sigmoid(1.702 * y)
+
+
+def get_inputs(scale="full"):
+    s = sizes(scale)
+    return [torch.randn(s["M"], s["K"])]
+
+
+def get_init_inputs(scale="full"):
+    s = sizes(scale)
+    return [s["K"], s["N"]]
