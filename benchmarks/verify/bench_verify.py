@@ -51,9 +51,10 @@ def _row(spec, policy: str) -> dict:
 
 
 def _table(rows: list[dict]) -> str:
-    out = ["| region | weights | policy | verdict | wall s | reference s | worker s | compare s "
-           "| region GB | parent peak x | worker peak x | goals |",
-           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    out = ["| region | weights | policy | verdict | wall s | reference s | worker start s (idle) "
+           "| worker s (inputs, launch, save, check, wait, timing) | compare s (during worker) "
+           "| region GB | parent peak x | worker peak x (candidate's) | goals |",
+           "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in rows:
         st = r.get("stage_s") or {}
         mem = r.get("memory") or {}
@@ -71,11 +72,16 @@ def _table(rows: list[dict]) -> str:
         if region and peak:
             goals.append(f"<= {GOAL_MEMORY:.0f}x: "
                          f"{'met' if peak <= GOAL_MEMORY * region else 'missed'}")
+        parts = ", ".join(str(st.get(f"worker_{k}", "–"))
+                          for k in ("inputs", "launch", "save", "check", "wait", "timing"))
         out.append(f"| {r['region']} | {'x'.join(map(str, r['weights_shape'][0]))} | "
                    f"{r['policy']} | {r['status']} {r.get('reason', '')} | {r.get('wall_s')} | "
-                   f"{st.get('reference', '–')} | {st.get('worker', '–')} | "
-                   f"{st.get('compare', '–')} | {region / 1e9:.2f} | {times('parent_peak_bytes')} | "
-                   f"{times('worker_peak_bytes')} | {'; '.join(goals)} |")
+                   f"{st.get('reference', '–')} | {st.get('worker_startup', '–')} "
+                   f"({st.get('worker_idle', '–')}) | {st.get('worker', '–')} ({parts}) | "
+                   f"{st.get('compare', '–')} ({st.get('compare_during_worker', '–')}) | "
+                   f"{region / 1e9:.2f} | {times('parent_peak_bytes')} | "
+                   f"{times('worker_peak_bytes')} ({times('worker_candidate_peak_bytes')}) | "
+                   f"{'; '.join(goals)} |")
     return "\n".join(out)
 
 

@@ -49,8 +49,15 @@ _COMBINERS = {
 }
 
 # Above this many domain points a vectorized reduction is evaluated in slices of one
-# reduction dimension, to bound memory.
+# reduction dimension, and an elementwise op in slices of one parallel dimension, to bound
+# memory.
 _MAX_DOMAIN_POINTS = 1 << 24
+
+# A contraction whose operands must be widened (the float64 reference) casts them a slice of
+# one output dimension at a time when the widened operands would take more than this many
+# bytes: a 32768x32768 fp32 weight is 8.6 GB in float64, twice the region's own bytes
+# (issue 13: verification within about 3x the region's inputs + weights + outputs).
+_MAX_WIDENED_BYTES = 1 << 28
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
@@ -122,10 +129,11 @@ def _read_through_map(t: torch.Tensor, m: AffineMap, grids, n: int) -> torch.Ten
 
 
 def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out, n: int, *,
-                       shape=None, dtype=None) -> torch.Tensor:
+                       shape=None, dtype=None, view: bool = False) -> torch.Tensor:
     """out[m(p)] = values[p] for every domain point p (values broadcastable over the domain).
     `out` may instead be a function making it, given with its `shape` and `dtype`: it is then
-    called only where an indexed write needs it."""
+    called only where an indexed write needs it. `view`: where the map is a permutation, the
+    result may be a view of `values` (a transpose or a broadcast holds no memory of its own)."""
     domain = [g.shape[i] for i, g in enumerate(grids)]
     if torch.is_tensor(out):
         shape, dtype = tuple(out.shape), out.dtype
@@ -137,7 +145,8 @@ def _write_through_map(values: torch.Tensor, m: AffineMap, grids, out, n: int, *
     if (len(dims) == len(m.results) and len(keep) == len(dims)
             and all(domain[d] == 1 or d in keep for d in range(n))):
         v = values.expand(domain).reshape([domain[d] for d in keep])
-        return v.permute([keep.index(d) for d in dims]).reshape(shape).contiguous()
+        v = v.permute([keep.index(d) for d in dims]).reshape(shape)
+        return v if view else v.contiguous()
     if not torch.is_tensor(out):
         out = out()
     index = []
@@ -297,6 +306,17 @@ def _eval_body(body: Body, env: dict, types: _Types, device, wanted: Sequence[st
         needed.add(name)
         s = body.stmt(name)
         stack.extend(s.operands)
+    # a statement's value goes once its last reader has run (a float64 GELU over a GEMM's
+    # output held five full-size temporaries at once otherwise)
+    last: dict[str, str] = {}
+    for s in body.stmts:
+        if s.id in needed:
+            for o in s.operands:
+                last[o] = s.id
+    dead_after: dict[str, list[str]] = {}
+    for o, reader in last.items():
+        if o in needed and o not in wanted:
+            dead_after.setdefault(reader, []).append(o)
     for s in body.stmts:
         if s.id not in needed:
             continue
@@ -327,6 +347,9 @@ def _eval_body(body: Body, env: dict, types: _Types, device, wanted: Sequence[st
         if dt is not None and r.dtype != dt:
             r = r.to(dt)
         env[s.id] = r
+        del args, r
+        for o in dead_after.get(s.id, ()):
+            env.pop(o, None)
     return [env[w] for w in wanted]
 
 
@@ -410,6 +433,11 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
     maps = op.indexing_maps
     red = op.reduction_dims
 
+    # contraction fast path (a policy's operand rounding is applied to its operands there)
+    con = recognize_contraction(op) if red else None
+    if con is not None and op.results[0] in needed:
+        return [_contract(op, con, tensors, inits[0], out_types[0], types.operand_format)]
+
     # a policy's operand rounding: both operands of a contraction (matmul or convolution)
     if types.operand_format is not None and red:
         con_any = recognize_contraction(op, projected=False)
@@ -419,29 +447,36 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
                 k = body.args.index(arg)
                 tensors[k] = round_operand(tensors[k], types.operand_format)
 
-    # contraction fast path
-    con = recognize_contraction(op) if red else None
-    if con is not None and op.results[0] in needed:
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        a_arg, b_arg, _ = con
-        ia, ib = body.args.index(a_arg), body.args.index(b_arg)
-        sub = lambda m: "".join(letters[d] for d in m.result_dims())
-        dt = out_types[0]
-        lhs = tensors[ia].to(dt) if tensors[ia].dtype != dt else tensors[ia]
-        rhs = tensors[ib].to(dt) if tensors[ib].dtype != dt else tensors[ib]
-        prod = torch.einsum(f"{sub(maps[ia])},{sub(maps[ib])}->{sub(maps[2])}", lhs, rhs)
-        init = inits[0].to(dt)
-        if prod.shape == init.shape and not torch._debug_has_internal_overlap(prod):
-            # in place (IEEE addition commutes: the same bits as init + prod), so that a large
-            # product (an LM head's float64 logits: 26 GB) is not held twice
-            return [prod.add_(init)]
-        return [init + prod]
+    live = [j for j, r in enumerate(op.results) if r in needed]
+    if not red and _moves_only(op, live):
+        # a transpose, broadcast or copy computes nothing: its result is a view of its input,
+        # in the input's own element type (widened where it is read, as every value is), so
+        # that a float64 reference does not hold a widened copy of a transposed weight
+        outs = [None] * len(inits)
+        grids = _grids(sizes, device)
+        for j in live:
+            k = body.args.index(body.yields[j])
+            y = _read_through_map(tensors[k], maps[k], grids, n)
+            dt = out_types[j]
+            if types.float_dtype is not None and dt == types.float_dtype and \
+                    y.dtype.is_floating_point:
+                dt = y.dtype
+            outs[j] = _write_through_map(y, maps[ni + j], grids, None, n, view=True,
+                                         shape=tuple(inits[j].shape), dtype=dt) \
+                if _is_permutation(maps[ni + j], n) else None
+        if all(outs[j] is not None for j in live):
+            return [o if o is not None else _blank(inits[j], out_types[j], device)
+                    for j, o in enumerate(outs)]
+    if not red and math.prod(sizes) > _MAX_DOMAIN_POINTS and \
+            all(_is_permutation(maps[ni + j], n) for j in live):
+        return _exec_elementwise_sliced(op, tensors, inits, sizes, types, out_types, live,
+                                        device)
 
     grids = _grids(sizes, device)
     env_b: dict = {}
     for i, (t, m) in enumerate(zip(tensors, maps)):
         if i < ni:
-            env_b[body.args[i]] = _read_through_map(t.to(types.of_tensor(t)), m, grids, n)
+            env_b[body.args[i]] = _read_through_map(t, m, grids, n).to(types.of_tensor(t))
     for d in range(n):
         env_b[("index", d)] = grids[d]
     def blank(j):
@@ -449,8 +484,6 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
         return (torch.full(tuple(t.shape), float("nan"), dtype=dt, device=device)
                 if dt.is_floating_point else torch.zeros(tuple(t.shape), dtype=dt,
                                                          device=device))
-
-    live = [j for j, r in enumerate(op.results) if r in needed]
 
     if not red:
         for j, init in enumerate(inits):
@@ -485,8 +518,8 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
                 for d in range(n):
                     env_c[("index", d)] = sub_grids[d]
                 for i, (t, m) in enumerate(zip(tensors[:ni], maps[:ni])):
-                    env_c[body.args[i]] = _read_through_map(t.to(types.of_tensor(t)), m,
-                                                            sub_grids, n)
+                    env_c[body.args[i]] = _read_through_map(t, m, sub_grids, n).to(
+                        types.of_tensor(t))
                 cur_grids = sub_grids
             else:
                 env_c, cur_grids = env_b, grids
@@ -529,6 +562,126 @@ def _exec_generic(op: GenericOp, env: dict, types: _Types, out_types, needed: se
     return outs
 
 
+def _blank(init: torch.Tensor, dt: torch.dtype, device) -> torch.Tensor:
+    return (torch.full(tuple(init.shape), float("nan"), dtype=dt, device=device)
+            if dt.is_floating_point else torch.zeros(tuple(init.shape), dtype=dt, device=device))
+
+
+def _is_permutation(m: AffineMap, n: int) -> bool:
+    """Every domain dimension, each once, and nothing else: a result of the domain's size."""
+    dims = [r.d for r in m.results if isinstance(r, AffineDim)]
+    return len(dims) == len(m.results) == n and sorted(dims) == list(range(n))
+
+
+def _moves_only(op: GenericOp, live: Sequence[int]) -> bool:
+    """The op's live results are its inputs, unchanged (a transpose, a broadcast, a fill)."""
+    body = op.body
+    return bool(live) and all(body.yields[j] in body.args[:op.num_inputs] for j in live)
+
+
+def _exec_elementwise_sliced(op: GenericOp, tensors, inits, sizes, types: _Types, out_types,
+                             live, device) -> list:
+    """A large elementwise op, a slice of its largest dimension at a time: its inputs are read
+    and widened a slice at a time and its body's temporaries are slice-sized; each result
+    (through a permutation map) is written slice by slice into one tensor. Elementwise, so the
+    values are those of the whole computation."""
+    body, ni, maps, n = op.body, op.num_inputs, op.indexing_maps, len(sizes)
+    grids = _grids(sizes, device)
+    d = max(range(n), key=lambda k: sizes[k])
+    rest = math.prod(sizes) // sizes[d]
+    step = max(1, _MAX_DOMAIN_POINTS // max(1, rest))
+    outs = [None] * len(inits)
+    for j in live:
+        outs[j] = torch.empty(tuple(inits[j].shape), dtype=out_types[j], device=device)
+    for start in range(0, sizes[d], step):
+        length = min(step, sizes[d] - start)
+        sub = list(grids)
+        sub[d] = grids[d].narrow(d, start, length)
+        env = {("index", k): sub[k] for k in range(n)}
+        for i, (t, m) in enumerate(zip(tensors[:ni], maps[:ni])):
+            env[body.args[i]] = _read_through_map(t, m, sub, n).to(types.of_tensor(t))
+        for j, init in enumerate(inits):
+            env[body.args[ni + j]] = _read_through_map(init, maps[ni + j], sub, n).to(
+                out_types[j])
+        ys = _eval_body(body, env, types, device, [body.yields[j] for j in live])
+        del env
+        shape = [g.shape[k] for k, g in enumerate(sub)]
+        for j, y in zip(live, ys):
+            dims = [r.d for r in maps[ni + j].results]
+            outs[j].narrow(dims.index(d), start, length).copy_(
+                y.to(out_types[j]).expand(shape).permute(dims))
+        del ys
+    return [o if o is not None else _blank(inits[j], out_types[j], device)
+            for j, o in enumerate(outs)]
+
+
+def _contract(op: GenericOp, con, tensors, init: torch.Tensor, dt: torch.dtype,
+              operand_format: str | None) -> torch.Tensor:
+    """init + einsum(a, b) in `dt`, the operands rounded to `operand_format` first. Where the
+    operands must be widened and their widened copies would be large (_MAX_WIDENED_BYTES), in
+    blocks of the output: each large operand is sliced along one output dimension it indexes
+    and rounded and widened a slice at a time. Each element is the same dot product either way
+    (its summation order is the library's, which may block a slice differently: float64
+    rounding)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    body, maps = op.body, op.indexing_maps
+    a_arg, b_arg, _ = con
+    pair = (body.args.index(a_arg), body.args.index(b_arg))
+    sub = lambda m: "".join(letters[d] for d in m.result_dims())
+    equation = f"{sub(maps[pair[0]])},{sub(maps[pair[1]])}->{sub(maps[2])}"
+
+    def operand(t):
+        t = round_operand(t, operand_format)
+        return t.to(dt) if t.dtype != dt else t
+
+    widened = {k: tensors[k].numel() * dt.itemsize for k in pair
+               if tensors[k].dtype != dt or operand_format is not None}
+    out_dims = maps[2].result_dims()
+    steps: dict[int, int] = {}            # output dimension -> slice length
+    if sum(widened.values()) > _MAX_WIDENED_BYTES:
+        share = _MAX_WIDENED_BYTES // 2
+        for k in sorted(widened, key=widened.get, reverse=True):
+            dims = [d for d in maps[k].result_dims() if d in out_dims]
+            if widened[k] <= share or not dims:
+                continue
+            free = [d for d in dims if d not in steps] or dims
+            extent = {d: tensors[k].shape[maps[k].result_dims().index(d)] for d in free}
+            d = max(free, key=extent.get)
+            step = max(1, extent[d] * share // widened[k])
+            steps[d] = min(steps.get(d, extent[d]), step)
+    if not steps:
+        prod = torch.einsum(equation, operand(tensors[pair[0]]), operand(tensors[pair[1]]))
+        init = init.to(dt)
+        if prod.shape == init.shape and not torch._debug_has_internal_overlap(prod):
+            # in place (IEEE addition commutes: the same bits as init + prod), so that a large
+            # product (an LM head's float64 logits: 26 GB) is not held twice
+            return prod.add_(init)
+        return init + prod
+
+    def sliced(t, m_dims, block):
+        for d, (start, length) in block.items():
+            if d in m_dims:
+                t = t.narrow(m_dims.index(d), start, length)
+        return t
+
+    extents = {d: init.shape[out_dims.index(d)] for d in steps}
+    whole = {k: operand(tensors[k]) for k in pair
+             if not any(d in maps[k].result_dims() for d in steps)}
+    out = torch.empty(tuple(init.shape), dtype=dt, device=tensors[pair[0]].device)
+    ranges = [[(d, (s, min(steps[d], extents[d] - s))) for s in range(0, extents[d], steps[d])]
+              for d in steps]
+    for combo in itertools.product(*ranges):
+        block = dict(combo)
+        ops = [whole[k] if k in whole else
+               operand(sliced(tensors[k], maps[k].result_dims(), block)) for k in pair]
+        prod = torch.einsum(equation, *ops)
+        del ops
+        part = sliced(init, out_dims, block).to(dt)
+        torch.add(prod, part, out=sliced(out, out_dims, block))
+        del prod, part
+    return out
+
+
 def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device):
     """Execute one op record; tensor_type(name) -> (shape, dtype string)."""
     if isinstance(op, GenericOp):
@@ -567,6 +720,7 @@ def _exec_op(op, env: dict, tensor_type, types: _Types, needed: set[str], device
             env[op.results[0]] = _dense_constant(op, dt, device).reshape(shape)
     elif isinstance(op, PadOp):
         src = env[op.operands[0]]
+        src = src.to(types.of_tensor(src))      # padded with the value in the widened type
         amounts = []
         for lo, hi in reversed(list(zip(op.low, op.high))):    # F.pad: last dim first
             amounts += [lo, hi]
@@ -649,11 +803,19 @@ def reference_fn(spec: KernelSpec, dtype: torch.dtype | None = None,
             _exec_op(op, env, tensor_types.__getitem__, types, needed, device)
             for name in dead_after[i]:      # a value goes once its last reader has run
                 env.pop(name, None)
-        return tuple(env[r] for r in spec.results)
+        # a result that is a view (a transpose, a broadcast: _moves_only) becomes a tensor of
+        # its own, in the widened type
+        return tuple(_as_result(env[r], types) for r in spec.results)
 
     region.__name__ = spec.name
     region.__qualname__ = spec.name
     return region
+
+
+def _as_result(t: torch.Tensor, types: _Types) -> torch.Tensor:
+    if types.float_dtype is not None and t.is_floating_point() and t.dtype != types.float_dtype:
+        t = t.to(types.float_dtype)
+    return t.contiguous()
 
 
 # A constant's tensor per (op, device), made once: copying it from host memory on every run

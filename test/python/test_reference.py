@@ -406,3 +406,55 @@ def test_float64_reference_holds_only_live_values(tmp_path):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["same"]
     assert got["peak"] < 5.5 * got["out"], got
+
+
+@pytest.mark.parametrize("name", sorted(GROUND_TRUTH))
+@pytest.mark.parametrize("operand_format", [None, "bf16", "tf32"])
+def test_sliced_float64_reference_is_the_whole_computation(monkeypatch, name, operand_format):
+    """Issue 13, item 4: the float64 reference widens a large contraction's operands a block of
+    the output at a time and runs a large elementwise op a slice at a time. With the limits
+    made tiny so that every fixture is sliced, each result equals the whole computation's to
+    float64 rounding (an elementwise op's bit for bit; a product's summation order is the
+    library's, which may block a slice differently), under every policy's operand rounding."""
+    g = torch.Generator().manual_seed(11)
+    args, _ = GROUND_TRUTH[name](g)
+    s = spec(name)
+    whole = reference_fn(s, torch.float64, operand_format=operand_format)(*args)
+    monkeypatch.setattr(reference, "_MAX_WIDENED_BYTES", 64)
+    monkeypatch.setattr(reference, "_MAX_DOMAIN_POINTS", 7)
+    sliced = reference_fn(s, torch.float64, operand_format=operand_format)(*args)
+    assert len(sliced) == len(whole)
+    for got, want in zip(sliced, whole):
+        assert got.dtype == want.dtype and got.shape == want.shape and got.is_contiguous()
+        if want.is_floating_point():
+            torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13, equal_nan=True)
+        else:
+            assert torch.equal(got, want)
+
+
+def test_a_transpose_is_a_view_widened_where_it_is_read():
+    """A transpose or a fill computes nothing: the float64 reference keeps it a view of its
+    input in the input's own type (a 32768x32768 fp32 weight's widened, transposed copy was
+    8.6 GB, twice the region's bytes), and its results come back widened and contiguous."""
+    s = spec("matmul_bias_relu")
+    g = torch.Generator().manual_seed(3)
+    args, _ = _linear_inputs(g)
+    seen = []
+    real = reference._contract
+
+    def spy(op, con, tensors, init, dt, fmt):
+        seen.extend((t.dtype, t.is_contiguous(), init.stride()) for t in tensors[:2])
+        return real(op, con, tensors, init, dt, fmt)
+
+    reference._contract = spy
+    try:
+        (out,) = reference_fn(s, torch.float64)(*args)
+    finally:
+        reference._contract = real
+    # the weight reaches the product as the fp32 argument, transposed (a view), and the
+    # zero-filled accumulator as a broadcast (stride 0)
+    assert (torch.float32, False) in [(d, c) for d, c, _ in seen]
+    assert all(0 in stride for _, _, stride in seen)
+    want = torch.relu(args[0].double() @ args[1].double().T + args[2].double())
+    assert out.dtype == torch.float64 and out.is_contiguous()
+    torch.testing.assert_close(out, want, rtol=1e-13, atol=1e-13)

@@ -250,3 +250,141 @@ def test_gpu_verification_draws_and_compares_on_the_device():
             "tl.maximum(x + b[None, :], 0.0)", "tl.maximum(x - b[None, :], 0.0)")),):
         bad = verify_candidate(_spec(spec), wrong, "cuda", "strict")
         assert bad.reason == "mismatch" and "first at" in bad.message, bad.message
+
+
+def _stages(root: Path) -> list:
+    stages = []
+    for p in root.glob("kforge-verify-*/progress.json"):
+        try:
+            stages.append(json.loads(p.read_text()).get("stage"))
+        except (OSError, ValueError):
+            pass
+    return stages
+
+
+def test_the_worker_starts_while_the_reference_is_computed(tmp_path):
+    """Issue 13, item 4: the sandboxed worker is started before the references are computed
+    (its imports and the device's context took about 5 s of a 16 s verification on the H200)
+    and waits for its job until they are done. Observed, not timed: the reference itself waits
+    until the worker says it is ready, and sees no job handed to it yet."""
+    import time
+
+    from kforge.reference import reference_fn
+    spec = _spec("matmul_bias")
+    real = reference_fn(spec, torch.float64)
+    seen = []
+
+    def reference(*args):
+        deadline = time.monotonic() + 300          # a bound against a broken worker only
+        while "waiting" not in _stages(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append((_stages(tmp_path), any(tmp_path.glob("kforge-verify-*/job.json"))))
+        return real(*args)
+
+    record = verify_candidate(spec, _source("good_matmul_bias"), "cpu", "strict",
+                              reference=reference, work_dir=tmp_path, measure=True)
+    assert record.verified, record.message
+    assert seen and all(stages == ["waiting"] and not job for stages, job in seen), seen
+    # the record says how long the worker took to start and then waited for its job
+    assert record.stage_s["worker_startup"] > 0 and record.stage_s["worker_idle"] > 0
+    assert not list(tmp_path.glob("kforge-verify-*"))         # the job directory is gone
+
+
+def test_a_worker_ends_when_the_reference_fails(tmp_path):
+    """A reference that fails (not the candidate's fault: OracleError) leaves no worker
+    waiting for a job that will never come."""
+    import os
+
+    from kforge.verify import OracleError, sandbox
+    started = []
+    real = sandbox.WorkerProcess.__init__
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        started.append(self.proc)
+
+    sandbox.WorkerProcess.__init__ = spy
+    try:
+        def broken(*args):
+            raise ValueError("the oracle is broken")
+        with pytest.raises(OracleError, match="the oracle is broken"):
+            verify_candidate(_spec("matmul_bias"), _source("good_matmul_bias"), "cpu",
+                             "strict", reference=broken, work_dir=tmp_path)
+    finally:
+        sandbox.WorkerProcess.__init__ = real
+    assert len(started) == 1 and started[0].poll() is not None
+    assert not os.path.exists(f"/proc/{started[0].pid}/stat") or \
+        open(f"/proc/{started[0].pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+_ORPHAN = r"""
+import sys, time
+from pathlib import Path
+from kforge.verify.sandbox import start_worker
+w = start_worker(Path(sys.argv[1]), "cpu", None)
+print(w.proc.pid, flush=True)
+import os
+os._exit(0)       # the parent is gone before it hands over any job
+"""
+
+
+def test_a_waiting_worker_ends_when_its_parent_is_gone(tmp_path):
+    """A worker started ahead of its job ends when the process that started it dies before
+    handing it one (no orphan holding a device context)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2] / "python"))
+    proc = subprocess.run([sys.executable, "-c", _ORPHAN, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 120               # a bound, not a timing assertion
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except OSError:
+            break
+        time.sleep(0.1)
+    alive = os.path.exists(f"/proc/{pid}/stat") and \
+        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    assert not alive
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_candidate_that_modifies_its_input_is_rejected():
+    """The worker checks inputs against the same draws made again from the seed (not against
+    pristine copies, which took another 1x of the inputs on the device): writing into an input
+    is found, bit for bit."""
+    wrong = _source("good_add_relu").replace("    return (out,)",
+                                             "    b.zero_()\n    return (out,)")
+    record = verify_candidate(_spec("add_relu"), wrong, "cpu", "strict",
+                              run_static_checks=False)
+    assert record.status == "rejected" and record.reason == "input_mutated", record.message
+    assert "arg1" in record.message
+
+
+def test_inputs_drawn_again_are_the_same_and_a_change_is_found():
+    """changed_inputs draws a check's inputs again from its seed and compares them a chunk at
+    a time; the draws (negated in place a chunk at a time) are those of torch.where."""
+    from kforge.verify import inputs as inputs_mod
+    sig = signature_of(_spec("matmul_bias"))
+    for seed, domain in ((1, "mixed"), (2, "positive_rest"), (3, "positive")):
+        got = make_inputs(sig, seed, 8, domain)
+        assert inputs_mod.changed_inputs(sig, seed, 8, domain, got) == []
+        gen = torch.Generator().manual_seed(seed)
+        # the first argument as drawn before chunked negation: mag, then signs
+        a = sig.args[0]
+        shape = a.concrete(8)
+        mag = torch.empty(shape).uniform_(-2.995732273553991, 0.6931471805599453,
+                                          generator=gen).exp_().mul_(
+            inputs_mod.seed_scale(seed))
+        if a.fan_in:
+            mag = mag.mul_(1.0 / a.fan_in ** 0.5)
+        if domain == "mixed" or (domain == "positive_rest" and a.operand):
+            sign = torch.rand(shape, generator=gen) < 0.5
+            mag = torch.where(sign, -mag, mag)
+        assert torch.equal(got[0], mag)
+        got[1].view(-1)[5] = torch.nextafter(got[1].view(-1)[5], torch.tensor(9.0))
+        assert inputs_mod.changed_inputs(sig, seed, 8, domain, got) == [1]

@@ -1,13 +1,17 @@
 """The sandboxed half of verification: runs one candidate on the checks of a job directory.
 
-Started by kforge.verify.sandbox as `python _worker.py JOB_DIR` (a script, so the `kforge`
-package is never imported here and a candidate cannot reach KForge's reference). It reads
-job.json, regenerates each check's inputs from its seed (kforge/verify/inputs.py, loaded by
-path), runs the candidate and writes what it observed: outputs_<i>.pt (the results: a JSON list
-of raw byte files beside it, kforge.verify.verifier.load_outputs),
-result.json (launch counts, torch ops seen during launch, inputs modified, timing, errors). It
-never decides whether the candidate is correct: the parent compares the outputs with the
-reference it computed itself.
+Started by kforge.verify.sandbox as `python _worker.py JOB_DIR [DEVICE]` (a script, so the
+`kforge` package is never imported here and a candidate cannot reach KForge's reference), before
+the parent computes its references: it imports torch and Triton and opens the device's context
+(about 5 s on the H200, as long as the references take) and waits for job.json, which the
+parent writes when its references are done (or exits when the parent is gone). Then it
+regenerates each check's inputs from its seed (kforge/verify/inputs.py, loaded by path), runs
+the candidate and writes what it observed: outputs_<i>.pt (the results: a JSON list of raw byte
+files beside it, kforge.verify.verifier.load_outputs), result.json (launch counts, torch ops
+seen during launch, inputs modified, timing, errors). It never decides whether the candidate is
+correct: the parent compares the outputs with the reference it computed itself, as they come
+(it deletes each check's outputs once compared; the worker waits for that before timing, so the
+candidate is timed with the device to itself, and in job["stream"] mode after every check).
 
 Guards installed before the candidate is imported:
   * imports of kforge, torch_mlir, mlir, subprocess... are refused;
@@ -196,16 +200,63 @@ def _describe_error(exc: BaseException) -> dict:
             "traceback": text}
 
 
-def main() -> int:
-    with open(os.path.join(JOB, "job.json")) as f:
-        job = json.load(f)
-    device = job["device"]
-    result = {"checks": [], "error": None, "timing": None}
-    write_json("progress.json", {"stage": "starting"})
+def _warm_up(torch, device: str) -> None:
+    """Open the device's context and Triton's driver and compiler while the parent computes
+    its references, before any candidate code is loaded (and before launches are counted)."""
+    if device in ("", "cpu"):
+        return
+    try:
+        torch.empty(1, device=device)
+        import triton
+        import triton.language as tl
 
+        @triton.jit
+        def _kforge_warm_up(x_ptr):
+            tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+        x = torch.zeros(1, device=device)
+        _kforge_warm_up[(1,)](x)
+        getattr(torch, device).synchronize()
+        del x
+    except Exception:   # noqa: BLE001 - only a head start: the checks will say what is wrong
+        pass
+
+
+# the parent's references take seconds to minutes (a prefill's LM head); past this the job
+# will not come
+JOB_WAIT_S = 3600.0
+
+
+def _wait_for_job(parent: int) -> bool:
+    """Wait for the parent's job.json; False if the parent is gone first."""
+    path = os.path.join(JOB, "job.json")
+    deadline = time.monotonic() + JOB_WAIT_S
+    while not os.path.exists(path):
+        if os.getppid() != parent or time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def main() -> int:
+    # the verifier's process (its pid from the sandbox: it may be gone before we could ask)
+    parent = int(os.environ.get("KFORGE_VERIFY_PARENT") or os.getppid())
+    early_device = sys.argv[2] if len(sys.argv) > 2 else ""
+    write_json("progress.json", {"stage": "starting"})
     import torch
     import triton  # noqa: F401  (TRITON_INTERPRET is set by the parent for the cpu target)
     inputs_mod = _load_inputs_module()
+    _warm_up(torch, early_device)
+    ready_at = time.time()
+    write_json("progress.json", {"stage": "waiting"})
+    if not _wait_for_job(parent):
+        return 0
+    t_job = time.perf_counter()
+    with open(os.path.join(JOB, "job.json")) as f:
+        job = json.load(f)
+    device = job["device"]
+    result = {"checks": [], "error": None, "timing": None, "ready_at": ready_at}
+    write_json("progress.json", {"stage": "starting"})
     sig = inputs_mod.Signature.from_json(job["signature"])
     ComputeWatch, _poison = _install_guards(torch, device)
     sys.meta_path.insert(0, _ImportBlocker())
@@ -229,40 +280,52 @@ def main() -> int:
     weight_idx = [i for i, a in enumerate(sig.args) if a.weight]
 
     def prepared_args(seed, size, domain):
-        # drawn where they are used (the verifier draws the same ones from the same seed)
+        # drawn where they are used (the verifier draws the same ones from the same seed).
+        # No pristine copies: after the launch the inputs are compared with the same draws
+        # made again (inputs_mod.changed_inputs), so the device holds each input once
         tensors = inputs_mod.make_inputs(sig, seed, size, domain, device=device)
-        # the pristine copies the inputs are checked against after the launch: on the device
-        # where it has room for them beside the outputs (copying GBs to the host and back took
-        # seconds a check), else in host memory (the device then holds one copy of each input,
-        # not two: a 4 GB weight is 4 GB, not 8)
-        originals = [t.clone() for t in tensors] if _room_on_device(tensors) else \
-            [t.to("cpu") for t in tensors]
         args = list(tensors)
         if prepare is not None and weight_idx:
-            new = prepare({i: args[i] for i in weight_idx})
+            with candidate_memory():
+                new = prepare({i: args[i] for i in weight_idx})
             if not isinstance(new, dict):
                 raise TypeError("prepare_weights must return a dict {arg index: tensor}")
             for i, t in new.items():
                 args[int(i)] = t
-        return tensors, originals, args
+        return tensors, args
 
-    def _room_on_device(tensors):
-        if device == "cpu":
-            return True
-        info = getattr(getattr(torch, device, None), "mem_get_info", None)
+    peaks = {"worker": 0, "candidate": 0}
+    accel = getattr(torch, device, None) if device != "cpu" else None
+
+    def _peak_now() -> int:
         try:
-            free = info()[0] if info else 0
-        except Exception:   # noqa: BLE001 - no answer: keep the copies on the host
-            return False
-        need = sum(t.numel() * t.element_size() for t in tensors)
-        return free > 2 * need + 3 * out_bytes + (1 << 30)
+            return int(accel.max_memory_allocated())
+        except Exception:   # noqa: BLE001 - informational
+            return 0
+
+    @contextlib.contextmanager
+    def candidate_memory():
+        """The device memory peak while the candidate's own code runs (its weight preparation,
+        its launches), apart from the worker's own peak (inputs, outputs, checks)."""
+        if accel is None or not hasattr(accel, "reset_peak_memory_stats"):
+            yield
+            return
+        peaks["worker"] = max(peaks["worker"], _peak_now())
+        accel.reset_peak_memory_stats()
+        try:
+            yield
+        finally:
+            peak = _peak_now()
+            peaks["candidate"] = max(peaks["candidate"], peak)
+            peaks["worker"] = max(peaks["worker"], peak)
+            accel.reset_peak_memory_stats()
 
     def run_once(args):
         _state["launches"] = 0
         _state["ops"] = []
         _state["watching"] = True
         try:
-            with ComputeWatch():
+            with ComputeWatch(), candidate_memory():
                 outs = launch(*args)
         finally:
             _state["watching"] = False
@@ -299,7 +362,7 @@ def main() -> int:
 
     out_bytes = sum(4 * math.prod(r.concrete(max(c["size"] for c in job["checks"])))
                     for r in sig.results)
-    stage_s = result["stage_s"] = {"inputs": 0.0, "launch": 0.0, "save": 0.0}
+    stage_s = result["stage_s"] = {"inputs": 0.0, "launch": 0.0, "save": 0.0, "check": 0.0}
 
     def spent(stage, t0):
         stage_s[stage] = round(stage_s.get(stage, 0.0) + time.perf_counter() - t0, 3)
@@ -311,8 +374,7 @@ def main() -> int:
         try:
             t0 = time.perf_counter()
             with _device_lock(exclusive=False):
-                tensors, originals, args = prepared_args(check["seed"], check["size"],
-                                                         check["domain"])
+                tensors, args = prepared_args(check["seed"], check["size"], check["domain"])
                 t0 = spent("inputs", t0)
                 _fill_allocator(torch, device, 2 * out_bytes)
                 outs = run_once(args)
@@ -321,34 +383,42 @@ def main() -> int:
             entry["torch_ops"] = list(_state["ops"])
             entry["outputs"] = save_outputs(f"outputs_{i}.pt", outs)
             t0 = spent("save", t0)
+            # the candidate's outputs and prepared weights go before the inputs are drawn
+            # again to be compared with
+            outs = args = None
             if job.get("stream"):
                 # large outputs: the parent compares this check's and deletes them before the
                 # next check runs, so that host memory and disk hold one check's at a time
-                outs = None
                 if device != "cpu":     # the parent computes its references meanwhile
                     getattr(torch, device).empty_cache()
                 while os.path.exists(os.path.join(JOB, f"outputs_{i}.pt")):
                     time.sleep(0.05)
                 t0 = spent("wait", t0)
-            entry["inputs_modified"] = [
-                j for j, (a, b) in enumerate(zip(tensors, originals))
-                if a.shape != b.shape or not torch.equal(a if a.device == b.device
-                                                         else a.cpu(), b)]
+            entry["inputs_modified"] = inputs_mod.changed_inputs(
+                sig, check["seed"], check["size"], check["domain"], tensors, device=device)
+            t0 = spent("check", t0)
         except BaseException as exc:  # noqa: BLE001
             result["error"] = dict(_describe_error(exc), stage="check", check=i)
             result["checks"].append(entry)
             write_json("result.json", result)
             return 0
         result["checks"].append(entry)
-        del tensors, originals, args, outs
+        del tensors, args, outs
 
     timing = job.get("timing")
     if timing:
+        # the parent compares each check's outputs as they come: timed once it is done
+        # (its comparison on the device would disturb the timing)
+        t0 = time.perf_counter()
+        write_json("progress.json", {"stage": "waiting for the comparison"})
+        while job.get("compared_as_they_come") and any(os.path.exists(os.path.join(JOB, f"outputs_{i}.pt"))
+                  for i in range(len(job["checks"]))):
+            time.sleep(0.01)
+        t0 = spent("wait", t0)
         write_json("progress.json", {"stage": "timing"})
         check = job["checks"][0]
-        t0 = time.perf_counter()
         try:
-            _, _, args = prepared_args(check["seed"], check["size"], check["domain"])
+            _, args = prepared_args(check["seed"], check["size"], check["domain"])
             samples = []
             if device == "cpu":
                 launch(*args)
@@ -368,11 +438,10 @@ def main() -> int:
         except BaseException as exc:  # noqa: BLE001
             result["error"] = dict(_describe_error(exc), stage="timing")
         spent("timing", t0)
-    if device != "cpu":
-        try:
-            result["peak_bytes"] = int(getattr(torch, device).max_memory_allocated())
-        except Exception:   # noqa: BLE001 - informational
-            pass
+    if accel is not None:
+        result["peak_bytes"] = max(peaks["worker"], _peak_now())
+        result["candidate_peak_bytes"] = peaks["candidate"]
+    result["job_s"] = round(time.perf_counter() - t_job, 3)
     write_json("result.json", result)
     return 0
 

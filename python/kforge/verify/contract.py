@@ -83,30 +83,52 @@ def check(out: torch.Tensor, ref64: torch.Tensor, fp32_err: float,
     """Every element of `out` against the bound above, on `device` (default: the
     reference's). Elements where the reference is not finite are left to the policy's rule
     (NaN/inf must match there)."""
-    dt = dtype or out.dtype
-    eps = torch.finfo(dt if dt.is_floating_point else torch.float32).eps
+    eps = eps_of(dtype or out.dtype)
     where = ref64.device if device is None else device
-
-    def over_of(o, r):
-        finite = torch.isfinite(r)
-        bound = torch.clamp(ULP_FLOOR * eps * r.abs(), min=FACTOR * fp32_err)
-        return finite, finite & ~((o - r).abs() <= bound)       # NaN error counts as over
 
     # one pass accumulating on the device, one synchronization; a second pass finds the
     # first element over the bound only where there is one
-    bad_t = worst_t = None
+    acc = None
     for _, o, r in chunks(out, ref64, device=where):
-        finite, over = over_of(o, r)
-        n, w = over.sum(), _worst(o, r, finite)
-        bad_t = n if bad_t is None else bad_t + n
-        worst_t = w if worst_t is None else torch.maximum(worst_t, w)
-    if bad_t is None:
+        acc = accumulate(acc, chunk_stats(o, r, fp32_err, eps))
+    if acc is None:
         return ContractResult(True, fp32_err, 0.0)
-    bad, max_err = int(bad_t), float(worst_t)
+    return finish(acc, out, ref64, fp32_err, eps, where)
+
+
+def eps_of(dt: torch.dtype) -> float:
+    return torch.finfo(dt if dt.is_floating_point else torch.float32).eps
+
+
+def _over(o: torch.Tensor, r: torch.Tensor, fp32_err: float, eps: float):
+    finite = torch.isfinite(r)
+    bound = torch.clamp(ULP_FLOOR * eps * r.abs(), min=FACTOR * fp32_err)
+    return finite, finite & ~((o - r).abs() <= bound)       # NaN error counts as over
+
+
+def chunk_stats(o: torch.Tensor, r: torch.Tensor, fp32_err: float, eps: float) -> tuple:
+    """(elements over the bound, largest error where r is finite) of one chunk (float64
+    pieces), as 0-d tensors: no synchronization. The verifier's comparison accumulates these in
+    its own pass over the chunks, so that a result crosses to the device once."""
+    finite, over = _over(o, r, fp32_err, eps)
+    return over.sum(), _worst(o, r, finite)
+
+
+def accumulate(acc: tuple | None, stats: tuple) -> tuple:
+    if acc is None:
+        return stats
+    return acc[0] + stats[0], torch.maximum(acc[1], stats[1])
+
+
+def finish(acc: tuple, out: torch.Tensor, ref64: torch.Tensor, fp32_err: float, eps: float,
+           where) -> ContractResult:
+    """The result of the accumulated chunk_stats; where elements are over the bound, another
+    pass finds the first."""
+    bad, max_err = int(acc[0]), float(acc[1])
     first = got = expected = None
     if bad:
         for start, o, r in chunks(out, ref64, device=where):
-            _, over = over_of(o, r)
+            _, over = _over(o, r, fp32_err, eps)
             if over.any():
                 i = int(over.nonzero()[0])
                 first, got, expected = start + i, float(o[i]), float(r[i])
@@ -114,4 +136,5 @@ def check(out: torch.Tensor, ref64: torch.Tensor, fp32_err: float,
     return ContractResult(bad == 0, fp32_err, max_err, bad, first, got, expected)
 
 
-__all__ = ["CHUNK", "FACTOR", "ULP_FLOOR", "ContractResult", "check", "chunks", "fp32_error"]
+__all__ = ["CHUNK", "FACTOR", "ULP_FLOOR", "ContractResult", "accumulate", "check", "chunk_stats",
+           "chunks", "eps_of", "finish", "fp32_error"]

@@ -154,6 +154,38 @@ def seed_scale(seed: int) -> float:
 
 def make_inputs(sig: Signature, seed: int, dynamic_size: int,
                 domain: str = "mixed", device: str = "cpu") -> list[torch.Tensor]:
+    """The arguments of one check (iter_inputs, all of them)."""
+    return list(iter_inputs(sig, seed, dynamic_size, domain, device))
+
+
+# elements a chunk where inputs are signed or compared in place (a 32768x32768 weight's
+# temporaries would be as large as the weight itself)
+_CHUNK = 1 << 26
+
+
+def changed_inputs(sig: Signature, seed: int, dynamic_size: int, domain: str,
+                   tensors, device: str = "cpu") -> list[int]:
+    """The indices of `tensors` that differ from the arguments drawn again from their seed
+    (a candidate modified them), compared bit for bit a chunk at a time: the worker checks
+    its inputs so instead of keeping a pristine copy of each (another 1x of the region's
+    inputs on the device, issue 13, item 4). The draws are deterministic on the device."""
+    changed = []
+    for j, fresh in enumerate(iter_inputs(sig, seed, dynamic_size, domain, device)):
+        a = tensors[j]
+        if a.shape != fresh.shape or a.dtype != fresh.dtype:
+            changed.append(j)
+            continue
+        a = a if a.device == fresh.device else a.to(fresh.device)
+        fa, ff = a.reshape(-1), fresh.reshape(-1)
+        if not all(torch.equal(fa[k:k + _CHUNK], ff[k:k + _CHUNK])
+                   for k in range(0, ff.numel(), _CHUNK)):
+            changed.append(j)
+        del a, fa, ff, fresh
+    return changed
+
+
+def iter_inputs(sig: Signature, seed: int, dynamic_size: int,
+                domain: str = "mixed", device: str = "cpu"):
     """Random arguments for one check, from a seed, drawn on `device` (the verifier and its
     worker both draw on the GPU they verify on: the same seed gives the same tensors there, and
     a prefill region's gigabytes of inputs take milliseconds instead of seconds on the CPU).
@@ -169,7 +201,6 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
     """
     gen = torch.Generator(device=device).manual_seed(int(seed))
     scale = seed_scale(seed)
-    out = []
     for a in sig.args:
         shape = a.concrete(dynamic_size)
         dtype = TORCH_DTYPES[a.dtype]
@@ -189,7 +220,14 @@ def make_inputs(sig: Signature, seed: int, dynamic_size: int,
                 mag = mag.mul_(1.0 / math.sqrt(a.fan_in))
             if domain == "mixed" or (domain == "positive_rest" and a.operand):
                 sign = torch.rand(shape, generator=gen, device=device) < 0.5
-                mag = torch.where(sign, -mag, mag)
+                # negated in place a chunk at a time: the values of torch.where(sign, -mag,
+                # mag), without two more tensors of the argument's size
+                flat, flip = mag.view(-1), sign.view(-1)
+                for k in range(0, flat.numel(), _CHUNK):
+                    m = flat[k:k + _CHUNK]
+                    m.copy_(torch.where(flip[k:k + _CHUNK], -m, m))
+                del sign, flat, flip
             t = mag.to(dtype)
-        out.append(t.contiguous())
-    return out
+            del mag
+        yield t.contiguous()
+        del t

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Callable
 
 WORKER = Path(__file__).with_name("_worker.py")
+# how often the parent's `while_waiting` runs while a worker runs (a worker waits for the
+# parent's comparisons before it is timed)
+POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def _limits(memory_mb: int | None):
 
 def worker_env(target_name: str) -> dict:
     env = dict(os.environ)
+    # the worker ends when this process is gone before it hands over a job (_worker.py)
+    env["KFORGE_VERIFY_PARENT"] = str(os.getpid())
     if target_name == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -72,28 +77,38 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_worker(job_dir: Path, target_name: str, timeout_s: float,
-               memory_mb: int | None,
-               while_waiting: Callable[[], None] | None = None) -> SandboxResult:
-    """Runs kforge/verify/_worker.py on job_dir. `memory_mb` limits the address space; it is
-    applied on the cpu target only (GPU drivers reserve far more address space than they use).
-    `while_waiting` is called every quarter second while the worker runs (the verifier compares
-    streamed outputs there; the time it takes extends the limit); if it raises, the worker is
-    killed and the error propagates."""
-    stderr_path = Path(job_dir) / "stderr.txt"
-    start = time.monotonic()
-    with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WORKER), str(job_dir)], stdout=err, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=worker_env(target_name), cwd=str(job_dir),
-            preexec_fn=_limits(memory_mb if target_name == "cpu" else None))
+class WorkerProcess:
+    """A sandboxed worker started ahead of its job (start_worker): it imports torch and Triton
+    and opens the device while the parent computes its references, then waits for job.json."""
+
+    def __init__(self, job_dir: Path, target_name: str, memory_mb: int | None,
+                 device: str = ""):
+        self.job_dir = Path(job_dir)
+        self.stderr_path = self.job_dir / "stderr.txt"
+        self.started_at = time.time()
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(WORKER), str(job_dir)] + ([device] if device else []),
+                stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=worker_env(target_name), cwd=str(job_dir),
+                preexec_fn=_limits(memory_mb if target_name == "cpu" else None))
+
+    def wait(self, timeout_s: float,
+             while_waiting: Callable[[], None] | None = None) -> SandboxResult:
+        """Wait for the worker to finish its job, at most `timeout_s` from now (the job was
+        handed to it just before: its time before then, starting up, is not the candidate's).
+        `while_waiting` is called every POLL_S seconds meanwhile (the verifier compares outputs
+        there; the time it takes extends the limit); if it raises, the worker is killed and the
+        error propagates."""
+        proc = self.proc
+        start = time.monotonic()
         timed_out = False
         deadline = start + timeout_s
         try:
             while True:
                 left = deadline - time.monotonic()
                 try:
-                    proc.wait(timeout=max(0.0, min(left, 0.25) if while_waiting else left))
+                    proc.wait(timeout=max(0.0, min(left, POLL_S) if while_waiting else left))
                     break
                 except subprocess.TimeoutExpired:
                     if time.monotonic() >= deadline:
@@ -101,14 +116,36 @@ def run_worker(job_dir: Path, target_name: str, timeout_s: float,
                         _kill(proc)
                         break
                     if while_waiting is not None:
-                        # the parent's time (comparing streamed outputs while the worker
-                        # waits for it) is not the candidate's: the limit is the worker's own
+                        # the parent's time (comparing outputs while the worker may wait for
+                        # it) is not the candidate's: the limit is the worker's own
                         t0 = time.monotonic()
                         while_waiting()
                         deadline += time.monotonic() - t0
         except BaseException:
             _kill(proc)
             raise
-    elapsed = time.monotonic() - start
-    tail = stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
-    return SandboxResult(None if timed_out else proc.returncode, timed_out, elapsed, tail)
+        elapsed = time.monotonic() - start
+        tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        return SandboxResult(None if timed_out else proc.returncode, timed_out, elapsed, tail)
+
+    def kill(self) -> None:
+        """End the worker (and anything it started) if it still runs."""
+        if self.proc.poll() is None:
+            _kill(self.proc)
+
+
+def start_worker(job_dir: Path, target_name: str, memory_mb: int | None,
+                 device: str = "") -> WorkerProcess:
+    """Start kforge/verify/_worker.py on job_dir before its job.json exists: it gets ready
+    (imports; on `device`, its context and Triton's driver) and waits for it. `memory_mb` limits
+    the address space on the cpu target only (GPU drivers reserve far more address space than
+    they use)."""
+    return WorkerProcess(job_dir, target_name, memory_mb, device)
+
+
+def run_worker(job_dir: Path, target_name: str, timeout_s: float,
+               memory_mb: int | None,
+               while_waiting: Callable[[], None] | None = None) -> SandboxResult:
+    """Runs kforge/verify/_worker.py on job_dir (its job.json written) within `timeout_s`:
+    start_worker and WorkerProcess.wait."""
+    return start_worker(job_dir, target_name, memory_mb).wait(timeout_s, while_waiting)

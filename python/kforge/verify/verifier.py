@@ -39,7 +39,7 @@ import torch
 from kforge.verify import contract
 from kforge.verify.inputs import Signature, TORCH_DTYPES, make_inputs, seed_scale, signature_of
 from kforge.verify.policy import PrecisionPolicy, get_policy
-from kforge.verify.sandbox import run_worker
+from kforge.verify.sandbox import start_worker
 from kforge.verify.static import static_check
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -237,6 +237,10 @@ class _Check:
     # a check whose references would not fit the host budget (host_reference_budget) keeps
     # none: this recomputes (reference, alternative) from its seed when it is compared
     recompute: Callable | None = field(default=None, compare=False, repr=False)
+    # per result, (sum of squares, count) of the reference's finite elements, taken where the
+    # reference was computed (on the device), so that the comparison needs no pass of its own
+    # for the RMS (None for results that are not floats)
+    ref_sums: tuple = field(default=(), compare=False, repr=False)
 
     def references(self) -> tuple[tuple, tuple]:
         if self.recompute is not None:
@@ -328,9 +332,7 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
     """Inputs per check (regenerated in the worker from the same seed), their reference and,
     with `policy_ref`, the result of the policy's own arithmetic on them; with `fp32_ref`
     (strict), the error of PyTorch's own fp32 computation of the region on them."""
-    plan = [(s, sizes[0]) for s in seeds]
-    if sig.is_dynamic:
-        plan += [(100 + s, sizes[1]) for s in seeds[:2]]
+    plan = _check_plan(sig, seeds, sizes)
     checks = []
     budget, kept, lazy = host_reference_budget(), 0, False
     for i, (seed, size) in enumerate(plan):
@@ -359,6 +361,7 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             e32 = tuple(contract.fp32_error(o32, r) if r.is_floating_point() and
                         o32.is_floating_point() else None for o32, r in zip(outs32, outs))
             del outs32
+        sums = tuple(_rms_sums(o, device) if o.is_floating_point() else None for o in outs)
         # if what is kept and this check's references for every check left would exceed the
         # budget, from here on none is kept: each is recomputed when compared
         nbytes = _nbytes(outs) + _nbytes(alt)
@@ -367,11 +370,11 @@ def _build_checks(sig: Signature, ref: Callable, device: str, seeds: Sequence[in
             del outs, alt
             checks.append(_Check(seed, size, domain, (), (), tol_scale, e32,
                                  recompute=_recompute(sig, ref, policy_ref, seed, size, domain,
-                                                      device)))
+                                                      device), ref_sums=sums))
         else:
             kept += nbytes
             checks.append(_Check(seed, size, domain, _to_host(outs, device), alt, tol_scale,
-                                 e32))
+                                 e32, ref_sums=sums))
             del outs
         _release(device)
     return checks
@@ -415,6 +418,7 @@ class _Comparison:
     max_abs: float = 0.0
     max_rel: float = 0.0
     fp32_ratio: float | None = None      # strict contract: error / fp32's error, the largest
+    contract: object = None              # one float result's contract.ContractResult
 
 
 def _index_text(flat: int, shape: Sequence[int]) -> str:
@@ -432,14 +436,14 @@ def _compare_check(outs: Sequence[torch.Tensor], c: _Check, sig: Signature,
     reference, alternative = c.references()
     return compare_outputs(outs, reference, sig, c.size, policy.atol * c.tol_scale,
                            policy.rtol * c.tol_scale, alternative, c.fp32_errors,
-                           device=device)
+                           device=device, ref_sums=c.ref_sums)
 
 
 def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
                     sig: Signature, size: int, atol: float, rtol: float,
                     alternatives: Sequence[torch.Tensor] | None = None,
                     fp32_errors: Sequence[float | None] | None = None,
-                    device=None) -> _Comparison:
+                    device=None, ref_sums: Sequence | None = None) -> _Comparison:
     """Compare every element: |out - ref| <= atol * max(1, RMS(ref)) + rtol * |ref|. With
     `alternatives` (per result, the exact result of a reduced-precision policy's own
     arithmetic), an element may instead be that close to the alternative. With `fp32_errors`
@@ -447,7 +451,9 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
     kforge.verify.contract), every element must also be within that bound. The comparison runs
     on `device` (default: the reference's) in chunks (contract.CHUNK elements), so its float64
     temporaries stay small whatever the size of the result. The message says where and how it
-    is wrong."""
+    is wrong. `ref_sums` (per result, _rms_sums of the reference, taken where it was computed)
+    spares the comparison its pass for the RMS; the strict contract's bound is checked in the
+    same pass over the chunks as the policy's rule, so each result crosses to the device once."""
     if len(outs) != len(refs):
         return _Comparison(False, f"launch returned {len(outs)} results; the region has "
                            f"{len(refs)}")
@@ -482,12 +488,14 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
         # fp32 result is 1.2x outside 1e-4 on our inputs), PyTorch's own fp32 result does not
         # meet the rule; there the contract's bound (FACTOR x fp32's error) is the tolerance
         floor = contract.FACTOR * e32 if e32 is not None and math.isfinite(e32) else None
-        cmp = _compare_float(out, ref, alt, atol, rtol, where, want_shape, label, floor)
+        sums = ref_sums[k] if ref_sums and k < len(ref_sums) else None
+        cmp = _compare_float(out, ref, alt, atol, rtol, where, want_shape, label, floor,
+                             sums=sums, fp32_err=e32, dtype=want_dtype)
         max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
         if not cmp.ok:
             return _Comparison(False, cmp.message, max_abs, max_rel)
         if e32 is not None:
-            c = contract.check(out, ref, e32, dtype=want_dtype, device=where)
+            c = cmp.contract
             if c.ratio is not None:
                 ratio = max(ratio or 0.0, c.ratio)
             if not c.ok:
@@ -505,19 +513,29 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
     return _Comparison(True, "", max_abs, max_rel, ratio)
 
 
-def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
-                   floor: float | None = None) -> _Comparison:
-    """The policy's rule for one float result, chunk by chunk: a pass for the RMS, a pass over
-    every element accumulating on the device (two synchronizations in all, whatever the size),
-    and, only for a result that fails, a pass that finds where. `floor` (strict: twice
-    PyTorch's own fp32 error on these inputs) is the least tolerance of every element."""
-    # pass 1: RMS of the reference where it is finite
+def _rms_sums(ref: torch.Tensor, device) -> tuple[float, int]:
+    """(sum of squares, count) of the finite elements of a reference, chunk by chunk on
+    `device` (its RMS: the scale of the policy's atol)."""
     total = count = None
     for _, r in contract.chunks(ref, device=device):
         f = torch.isfinite(r)
         t, c = torch.where(f, r, 0.0).pow(2).sum(), f.sum()
         total, count = (t, c) if total is None else (total + t, count + c)
-    total, count = (float(total), int(count)) if total is not None else (0.0, 0)
+    return (float(total), int(count)) if total is not None else (0.0, 0)
+
+
+def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
+                   floor: float | None = None, sums: tuple | None = None,
+                   fp32_err: float | None = None, dtype=None) -> _Comparison:
+    """The policy's rule for one float result, chunk by chunk: a pass for the RMS (none when
+    `sums` has it already), a pass over every element accumulating on the device (two
+    synchronizations in all, whatever the size), and, only for a result that fails, a pass that
+    finds where. `floor` (strict: twice PyTorch's own fp32 error on these inputs) is the least
+    tolerance of every element. With `fp32_err` (strict), the same pass also checks the
+    contract's bound (kforge.verify.contract) for elements of `dtype`: the Comparison's
+    `contract`, when the rule holds."""
+    # pass 1: RMS of the reference where it is finite
+    total, count = sums if sums is not None else _rms_sums(ref, device)
     scale = max(1.0, math.sqrt(total / count)) if count else 1.0
     threshold = atol * scale
     if floor is not None and floor <= threshold:
@@ -541,8 +559,11 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
         return finite, err, bad
 
     # pass 2: every element, the counts and maxima kept on the device
-    acc = None
+    acc = c_acc = None
+    eps = contract.eps_of(dtype or out.dtype) if fp32_err is not None else 0.0
     for _, o, r, *rest in contract.chunks(*pieces, device=device):
+        if fp32_err is not None:
+            c_acc = contract.accumulate(c_acc, contract.chunk_stats(o, r, fp32_err, eps))
         finite, err, bad = judged(o, r, rest)
         e = torch.where(torch.isnan(err), torch.inf, err)
         big = finite & (r.abs() > threshold)
@@ -575,7 +596,11 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
             if len(rows) > 8:
                 break
     if not n_bad:
-        return _Comparison(True, "", max_abs, max_rel)
+        held = None
+        if fp32_err is not None:
+            held = contract.finish(c_acc, out, ref, fp32_err, eps, device) \
+                if c_acc is not None else contract.ContractResult(True, fp32_err, 0.0)
+        return _Comparison(True, "", max_abs, max_rel, contract=held)
     numel = math.prod(want_shape)
     msg = (f"{label} {list(want_shape)}: {n_bad} of {numel} elements outside "
            f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
@@ -669,10 +694,39 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     if policy.fp32_grade and fp32_reference is None and getattr(spec, "ops", None):
         from kforge.reference import reference_fn
         fp32_reference = reference_fn(spec)          # the spec's own element types: fp32
+    plan = _check_plan(sig, tuple(seeds), dynamic_sizes)
+    stream = _output_bytes(sig, [size for _, size in plan]) >= STREAM_OUTPUT_BYTES
+    tmp_root = Path(work_dir) if work_dir else _memory_dir(sig, plan, device, stream)
+    if tmp_root:
+        tmp_root.mkdir(parents=True, exist_ok=True)
+    job_dir = Path(tempfile.mkdtemp(prefix="kforge-verify-", dir=tmp_root))
+    worker = None
+    try:
+        (job_dir / "kernel.py").write_text(source)
+        # the sandboxed worker starts now: its imports and the device's context (about 5 s on
+        # the H200) overlap the references; it waits for job.json, written once they are done
+        worker = start_worker(job_dir, tname, memory_mb, device)
+        return _verify_in(
+            job_dir, worker, sig=sig, source=source, reference=reference,
+            policy_ref=policy_ref, fp32_reference=fp32_reference, policy=policy, device=device,
+            tname=tname, region=region, seeds=tuple(seeds), dynamic_sizes=dynamic_sizes,
+            stream=stream, measure=measure, timing_reps=timing_reps, timeout_s=timeout_s,
+            memory_mb=memory_mb, memory=memory, stages=stages, record=record)
+    finally:
+        if worker is not None:
+            worker.kill()
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _verify_in(job_dir: Path, worker, *, sig, source, reference, policy_ref,
+               fp32_reference, policy, device, tname, region, seeds, dynamic_sizes, stream,
+               measure, timing_reps, timeout_s, memory_mb, memory, stages, record
+               ) -> VerificationRecord:
+    """verify_candidate's checks, with the job directory made and the worker starting."""
     t0 = time.monotonic()
     try:
         checks = _on_device_memory(
-            lambda: _build_checks(sig, reference, device, tuple(seeds), dynamic_sizes,
+            lambda: _build_checks(sig, reference, device, seeds, dynamic_sizes,
                                   policy_ref, fp32_reference if policy.fp32_grade else None),
             device, region, "computing the float64 reference")
         stages["reference"] = round(time.monotonic() - t0, 3)
@@ -690,146 +744,175 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
                   dynamic_sizes=tuple(s for s, _ in size_list) if sig.is_dynamic else (),
                   checks=len(checks))
 
-    stream = _output_bytes(sig, checks) >= STREAM_OUTPUT_BYTES
-    tmp_root = Path(work_dir) if work_dir else _memory_dir(sig, checks, device, stream)
-    if tmp_root:
-        tmp_root.mkdir(parents=True, exist_ok=True)
-    job_dir = Path(tempfile.mkdtemp(prefix="kforge-verify-", dir=tmp_root))
-    try:
-        (job_dir / "kernel.py").write_text(source)
-        job = {"device": device, "source_path": str(job_dir / "kernel.py"),
-               "signature": sig.to_json(),
-               "checks": [{"seed": c.seed, "size": c.size, "domain": c.domain} for c in checks],
-               "timing": {"reps": timing_reps} if measure else None,
-               "stream": stream}
-        (job_dir / "job.json").write_text(json.dumps(job))
-        streamed: dict[int, _Comparison] = {}
+    job = {"device": device, "source_path": str(job_dir / "kernel.py"),
+           "signature": sig.to_json(),
+           "checks": [{"seed": c.seed, "size": c.size, "domain": c.domain} for c in checks],
+           "timing": {"reps": timing_reps} if measure else None,
+           "stream": stream, "compared_as_they_come": True}
+    _write_job(job_dir, job)         # the worker, started before, goes on from here
+    handed_at = time.time()
+    started_at = worker.started_at
+    streamed: dict[int, _Comparison] = {}
+    overlapped = [0.0]
 
-        def consume() -> None:
-            """Streamed outputs: compare each check's as the worker writes them, and delete
-            them, which lets the worker go on to the next check."""
-            for i, c in enumerate(checks):
-                path = job_dir / f"outputs_{i}.pt"
-                if i in streamed or not path.exists():
-                    continue
-                outs = load_outputs(path)
-                streamed[i] = _on_device_memory(
-                    lambda: _compare_check(outs, c, sig, policy, device), device, region,
-                    f"comparing check {i + 1}")
-                del outs
-                remove_outputs(path)
-        limit = timeout_s or DEFAULT_TIMEOUT_S.get(tname, 120.0)
-        t0 = time.monotonic()
-        for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
-            streamed.clear()
-            run = run_worker(job_dir, tname, limit, memory_mb,
-                             consume if job["stream"] else None)
-            result = _read_json(job_dir / "result.json")
-            progress = _read_json(job_dir / "progress.json") or {}
-            if device == "cpu" or not _worker_out_of_memory(result):
-                break
-            # On a GPU the device is shared (other verifications, other jobs): a sandboxed run
-            # that ran out of its memory is retried, and never rejected for it. On the cpu
-            # target the limit is the sandbox's own (memory_mb), and exceeding it rejects.
-            if attempt == len(OOM_RETRY_WAITS_S):
-                err = result["error"]
-                raise VerificationOutOfMemory(
-                    f"region {region}: the sandboxed run of the candidate ran out of {device} "
-                    f"memory {len(OOM_RETRY_WAITS_S) + 1} times{_free_memory_text(device)}: "
-                    f"{err.get('type')}: {str(err.get('message', ''))[:300]}")
-            for f in job_dir.glob("outputs_*"):
-                f.unlink()
-            (job_dir / "result.json").unlink(missing_ok=True)
-            _release(device)
-            time.sleep(OOM_RETRY_WAITS_S[attempt])
-        stages["worker"] = round(time.monotonic() - t0, 3)
-        for k, v in ((result or {}).get("stage_s") or {}).items():
-            stages[f"worker_{k}"] = v
-        if memory is not None and (result or {}).get("peak_bytes") is not None:
-            memory["worker_peak_bytes"] = int(result["peak_bytes"])
-        t0 = time.monotonic()
-        if result is None:
-            where = _progress_text(progress)
-            tail = run.stderr_tail.strip()
-            if progress.get("stage") in (None, "starting") and not run.timed_out and \
-                    run.returncode == 1:
-                raise RuntimeError(f"the verification worker failed before loading the "
-                                   f"candidate (a KForge or environment problem):\n{tail}")
-            detail = f"\n{tail[-1500:]}" if tail else ""
-            if run.timed_out:
-                return record("rejected", "timeout", f"{run.describe_exit()} {where}{detail}",
-                              **common)
-            return record("rejected", "crash", f"{run.describe_exit()} {where}{detail}",
-                          **common)
-        max_abs = max_rel = 0.0
-        ratio = None
-        for entry in result["checks"]:
-            i = entry["index"]
-            c = checks[i]
-            if "outputs" not in entry:
+    def consume() -> None:
+        """Compare each check's outputs as the worker writes them (while it runs the next
+        check), and delete them: a streaming worker waits for that after each check, and
+        every worker before it is timed."""
+        for i, c in enumerate(checks):
+            path = job_dir / f"outputs_{i}.pt"
+            if i in streamed or not path.exists():
                 continue
-            if entry.get("launches", 0) == 0:
-                return record("rejected", "no_triton_kernel",
-                              "launch returned without launching any Triton kernel", **common)
-            if entry.get("torch_ops"):
-                return record("rejected", "torch_compute",
-                              "launch computed with torch outside Triton kernels: "
-                              + ", ".join(entry["torch_ops"][:6]), **common)
-            if entry.get("inputs_modified"):
-                names = [sig.args[j].name for j in entry["inputs_modified"]]
-                return record("rejected", "input_mutated",
-                              f"launch modified its input(s) {', '.join(names)}; inputs must "
-                              "be left unchanged", **common)
-            if i in streamed:
-                cmp = streamed[i]
-            else:
-                outs = load_outputs(job_dir / f"outputs_{i}.pt")
-                cmp = _on_device_memory(lambda: _compare_check(outs, c, sig, policy, device),
-                                        device, region, f"comparing check {i + 1}")
-                del outs
-            max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
-            if cmp.fp32_ratio is not None:
-                ratio = max(ratio or 0.0, cmp.fp32_ratio)
-            if not cmp.ok:
-                kind = "mismatch"
-                if "has shape" in cmp.message or "has dtype" in cmp.message or \
-                        "returned" in cmp.message:
-                    kind = "wrong_signature"
-                return record("rejected", kind, f"check {i + 1}/{len(checks)} (seed {c.seed}"
-                              + (f", dynamic dims = {c.size}" if sig.is_dynamic else "")
-                              + f", inputs {c.domain}): {cmp.message}"
-                              + (f" [{c.tol_scale:g} of the {policy.name} tolerance: the margin "
-                                 "on unit-scale inputs]" if c.tol_scale < 1 else ""), **common,
-                              max_abs_err=cmp.max_abs, max_rel_err=cmp.max_rel,
-                              fp32_error_ratio=ratio)
-        err = result.get("error")
-        if err:
-            where = f" (check {err['check'] + 1})" if "check" in err else \
-                f" (during {err.get('stage')})"
-            kind = err["kind"]
-            return record("rejected", kind, f"{err['type']}{where}: {err['message']}\n"
-                          f"{_trim_traceback(err.get('traceback', ''))}", **common)
-        if len(result["checks"]) != len(checks):
-            return record("rejected", "crash", "the worker stopped before finishing all checks",
+            t = time.monotonic()
+            outs = load_outputs(path)
+            streamed[i] = _on_device_memory(
+                lambda: _compare_check(outs, c, sig, policy, device), device, region,
+                f"comparing check {i + 1}")
+            del outs
+            remove_outputs(path)
+            overlapped[0] += time.monotonic() - t
+    limit = timeout_s or DEFAULT_TIMEOUT_S.get(tname, 120.0)
+    t0 = time.monotonic()
+    for attempt in range(len(OOM_RETRY_WAITS_S) + 1):
+        streamed.clear()
+        if worker is None:
+            worker = start_worker(job_dir, tname, memory_mb, device)
+        run = worker.wait(limit, consume)
+        worker = None
+        result = _read_json(job_dir / "result.json")
+        progress = _read_json(job_dir / "progress.json") or {}
+        if device == "cpu" or not _worker_out_of_memory(result):
+            break
+        # On a GPU the device is shared (other verifications, other jobs): a sandboxed run
+        # that ran out of its memory is retried, and never rejected for it. On the cpu
+        # target the limit is the sandbox's own (memory_mb), and exceeding it rejects.
+        if attempt == len(OOM_RETRY_WAITS_S):
+            err = result["error"]
+            raise VerificationOutOfMemory(
+                f"region {region}: the sandboxed run of the candidate ran out of {device} "
+                f"memory {len(OOM_RETRY_WAITS_S) + 1} times{_free_memory_text(device)}: "
+                f"{err.get('type')}: {str(err.get('message', ''))[:300]}")
+        for f in job_dir.glob("outputs_*"):
+            f.unlink()
+        (job_dir / "result.json").unlink(missing_ok=True)
+        _release(device)
+        time.sleep(OOM_RETRY_WAITS_S[attempt])
+    # worker: from the job's hand-over to its end, the comparisons made meanwhile included
+    # (compare_during_worker); worker_startup: its start (imports, the device's context) while
+    # the references were computed; worker_idle: how long it then waited for them
+    stages["worker"] = round(time.monotonic() - t0, 3)
+    stages["compare_during_worker"] = round(overlapped[0], 3)
+    ready_at = (result or {}).get("ready_at")
+    if isinstance(ready_at, (int, float)):
+        stages["worker_startup"] = round(ready_at - started_at, 3)
+        stages["worker_idle"] = round(max(0.0, handed_at - ready_at), 3)
+    for k, v in ((result or {}).get("stage_s") or {}).items():
+        stages[f"worker_{k}"] = v
+    if memory is not None and (result or {}).get("peak_bytes") is not None:
+        memory["worker_peak_bytes"] = int(result["peak_bytes"])
+        if result.get("candidate_peak_bytes"):
+            # of which while the candidate's own code ran (its weight preparation, launch)
+            memory["worker_candidate_peak_bytes"] = int(result["candidate_peak_bytes"])
+    t0 = time.monotonic()
+    if result is None:
+        where = _progress_text(progress)
+        tail = run.stderr_tail.strip()
+        if progress.get("stage") in (None, "starting", "waiting") and \
+                not run.timed_out and \
+                run.returncode == 1:
+            raise RuntimeError(f"the verification worker failed before loading the "
+                               f"candidate (a KForge or environment problem):\n{tail}")
+        detail = f"\n{tail[-1500:]}" if tail else ""
+        if run.timed_out:
+            return record("rejected", "timeout", f"{run.describe_exit()} {where}{detail}",
                           **common)
-        time_ms = noise = lo = hi = None
-        timing = result.get("timing")
-        if measure and timing:
-            outs = load_outputs(job_dir / "outputs_timed.pt")
-            cmp = _on_device_memory(lambda: _compare_check(outs, checks[0], sig, policy, device),
-                                    device, region, "comparing the timed run's results")
-            if not cmp.ok:
-                return record("rejected", "mismatch", "wrong result while being timed: "
-                              + cmp.message, **common)
-            time_ms, noise, lo, hi = _timing_stats(timing["samples_ms"])
-        stages["compare"] = round(time.monotonic() - t0, 3)
-        _end_peak(memory, tname)
-        return record("verified", "", "", max_abs_err=max_abs, max_rel_err=max_rel,
-                      fp32_error_ratio=ratio,
-                      time_ms=time_ms, time_noise=noise, time_lo_ms=lo, time_hi_ms=hi,
+        return record("rejected", "crash", f"{run.describe_exit()} {where}{detail}",
                       **common)
-    finally:
-        shutil.rmtree(job_dir, ignore_errors=True)
+    max_abs = max_rel = 0.0
+    ratio = None
+    for entry in result["checks"]:
+        i = entry["index"]
+        c = checks[i]
+        if "outputs" not in entry:
+            continue
+        if entry.get("launches", 0) == 0:
+            return record("rejected", "no_triton_kernel",
+                          "launch returned without launching any Triton kernel", **common)
+        if entry.get("torch_ops"):
+            return record("rejected", "torch_compute",
+                          "launch computed with torch outside Triton kernels: "
+                          + ", ".join(entry["torch_ops"][:6]), **common)
+        if entry.get("inputs_modified"):
+            names = [sig.args[j].name for j in entry["inputs_modified"]]
+            return record("rejected", "input_mutated",
+                          f"launch modified its input(s) {', '.join(names)}; inputs must "
+                          "be left unchanged", **common)
+        if i in streamed:
+            cmp = streamed[i]
+        else:
+            outs = load_outputs(job_dir / f"outputs_{i}.pt")
+            cmp = _on_device_memory(lambda: _compare_check(outs, c, sig, policy, device),
+                                    device, region, f"comparing check {i + 1}")
+            del outs
+        max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
+        if cmp.fp32_ratio is not None:
+            ratio = max(ratio or 0.0, cmp.fp32_ratio)
+        if not cmp.ok:
+            kind = "mismatch"
+            if "has shape" in cmp.message or "has dtype" in cmp.message or \
+                    "returned" in cmp.message:
+                kind = "wrong_signature"
+            return record("rejected", kind, f"check {i + 1}/{len(checks)} (seed {c.seed}"
+                          + (f", dynamic dims = {c.size}" if sig.is_dynamic else "")
+                          + f", inputs {c.domain}): {cmp.message}"
+                          + (f" [{c.tol_scale:g} of the {policy.name} tolerance: the margin "
+                             "on unit-scale inputs]" if c.tol_scale < 1 else ""), **common,
+                          max_abs_err=cmp.max_abs, max_rel_err=cmp.max_rel,
+                          fp32_error_ratio=ratio)
+    err = result.get("error")
+    if err:
+        where = f" (check {err['check'] + 1})" if "check" in err else \
+            f" (during {err.get('stage')})"
+        kind = err["kind"]
+        return record("rejected", kind, f"{err['type']}{where}: {err['message']}\n"
+                      f"{_trim_traceback(err.get('traceback', ''))}", **common)
+    if len(result["checks"]) != len(checks):
+        return record("rejected", "crash", "the worker stopped before finishing all checks",
+                      **common)
+    time_ms = noise = lo = hi = None
+    timing = result.get("timing")
+    if measure and timing:
+        outs = load_outputs(job_dir / "outputs_timed.pt")
+        cmp = _on_device_memory(lambda: _compare_check(outs, checks[0], sig, policy, device),
+                                device, region, "comparing the timed run's results")
+        if not cmp.ok:
+            return record("rejected", "mismatch", "wrong result while being timed: "
+                          + cmp.message, **common)
+        time_ms, noise, lo, hi = _timing_stats(timing["samples_ms"])
+    stages["compare"] = round(time.monotonic() - t0, 3)
+    _end_peak(memory, tname)
+    return record("verified", "", "", max_abs_err=max_abs, max_rel_err=max_rel,
+                  fp32_error_ratio=ratio,
+                  time_ms=time_ms, time_noise=noise, time_lo_ms=lo, time_hi_ms=hi,
+                  **common)
+
+
+def _write_job(job_dir: Path, job: dict) -> None:
+    """job.json, whole or not at all (renamed into place): a waiting worker reads it as soon
+    as it appears."""
+    tmp = job_dir / "job.json.part"
+    tmp.write_text(json.dumps(job))
+    os.replace(tmp, job_dir / "job.json")
+
+
+def _check_plan(sig: Signature, seeds: Sequence[int], sizes: Sequence[int]
+                ) -> list[tuple[int, int]]:
+    """(seed, dynamic size) of every check: each seed at the first size, and where a dimension
+    is dynamic two more at the second."""
+    plan = [(s, sizes[0]) for s in seeds]
+    if sig.is_dynamic:
+        plan += [(100 + s, sizes[1]) for s in seeds[:2]]
+    return plan
 
 
 def _start_peak(tname: str, spec) -> dict | None:
@@ -863,13 +946,14 @@ def _end_peak(memory: dict | None, tname: str) -> None:
 STREAM_OUTPUT_BYTES = 2 << 30
 
 
-def _output_bytes(sig, checks) -> int:
-    size = max((c.size for c in checks), default=1)
+def _output_bytes(sig, sizes: Sequence[int]) -> int:
+    """A check's result bytes at the largest of the checks' dynamic sizes."""
+    size = max(sizes, default=1)
     return sum(TORCH_DTYPES[r.dtype].itemsize * math.prod(r.concrete(size))
                for r in sig.results)
 
 
-def _memory_dir(sig, checks, device: str, stream: bool) -> Path | None:
+def _memory_dir(sig, plan, device: str, stream: bool) -> Path | None:
     """Where the worker's outputs go for a GPU verification: /dev/shm (memory) when it has room
     for them twice over, since a prefill region's gigabytes of outputs written to disk and read
     back took longer than the rest of its verification; else the default temporary directory."""
@@ -878,8 +962,8 @@ def _memory_dir(sig, checks, device: str, stream: bool) -> Path | None:
         return None
     # every check's outputs and the timed run's lie there until the worker ends (streamed: one
     # check's and the timed run's)
-    one = _output_bytes(sig, checks)
-    need = (2 if stream else len(checks) + 1) * one
+    one = _output_bytes(sig, [size for _, size in plan])
+    need = (2 if stream else len(plan) + 1) * one
     try:
         st = os.statvfs(shm)
     except OSError:
