@@ -7,6 +7,12 @@ from kforge.graphs import ADDRESS_MISSES, BORROW_BYTES, PlanGraphs
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture
+def always(monkeypatch):
+    """Captures kept without timing them: these tests are about what a capture reads."""
+    monkeypatch.setenv("KFORGE_CUDA_GRAPHS", "always")
+
+
 def _plan(args, track=None):
     small, big = args
     return (small * 2 + big.sum(dim=0, keepdim=True),)
@@ -17,7 +23,7 @@ def _big(fill: float) -> torch.Tensor:
     return torch.full((rows, 256), fill, device="cuda")
 
 
-def test_a_large_input_is_read_in_place_and_keyed_by_its_address():
+def test_a_large_input_is_read_in_place_and_keyed_by_its_address(always):
     graphs = PlanGraphs(_plan, torch.device("cuda"))
     small, big = torch.ones(1, 256, device="cuda"), _big(1.0)
     (out,) = graphs([small, big])
@@ -35,7 +41,7 @@ def test_a_large_input_is_read_in_place_and_keyed_by_its_address():
     assert len(graphs.captured) == 2
 
 
-def test_a_plan_that_writes_to_an_input_is_captured_on_copies():
+def test_a_plan_that_writes_to_an_input_is_captured_on_copies(always):
     def writes(args, track=None):
         small, big = args
         big.add_(0)                      # bumps the version counter without changing values
@@ -52,7 +58,7 @@ def test_a_plan_that_writes_to_an_input_is_captured_on_copies():
     torch.testing.assert_close(out, small + 4.0)
 
 
-def test_new_large_tensors_every_call_are_copied_after_a_few_captures():
+def test_new_large_tensors_every_call_are_copied_after_a_few_captures(always):
     """A caller that allocates its cache anew each step would otherwise get a capture (and a
     reference to its 4 GB tensor) per call: after ADDRESS_MISSES new addresses for one
     signature the graphs copy large inputs too, and keep no borrowed tensor."""
@@ -67,7 +73,7 @@ def test_new_large_tensors_every_call_are_copied_after_a_few_captures():
     assert all(t is not big for t in entry.inputs)
 
 
-def test_a_capture_after_the_last_graph_is_gone_takes_a_fresh_pool():
+def test_a_capture_after_the_last_graph_is_gone_takes_a_fresh_pool(always):
     """Captures that share a pool keep it alive; once none is left (a capture that failed, or
     every capture dropped after address misses) the next capture must not reopen that pool."""
     def syncs(args, track=None):
@@ -81,3 +87,36 @@ def test_a_capture_after_the_last_graph_is_gone_takes_a_fresh_pool():
     assert len(graphs.skipped) == 1 and not graphs.captured
     assert torch.equal(graphs([two])[0], two * 2.0)
     assert len(graphs.captured) == 1
+
+
+def test_a_plan_whose_copies_cost_more_than_its_launches_runs_step_by_step():
+    """One kernel over a large tensor with a large output: the replay adds a copy of the output
+    (the next replay writes the same buffer) and saves one launch, so it is slower; the plan
+    runs step by step, and a new tensor of the same shape is not captured again."""
+    def doubles(args, track=None):
+        return (args[0] * 2.0,)
+
+    graphs = PlanGraphs(doubles, torch.device("cuda"))
+    big = torch.randn(64 << 20, device="cuda")          # 256 MiB in, 256 MiB out
+    (out,) = graphs([big])
+    torch.testing.assert_close(out, big * 2.0)
+    assert not graphs.captured and len(graphs.slower) == 1
+    assert "step by step is as fast" in next(iter(graphs.slower.values()))
+    other = torch.randn(64 << 20, device="cuda")
+    (out,) = graphs([other])
+    torch.testing.assert_close(out, other * 2.0)
+    assert not graphs.captured and len(graphs.slower) == 1
+
+
+def test_a_plan_of_many_small_launches_is_replayed():
+    def chain(args, track=None):
+        x = args[0]
+        for _ in range(300):
+            x = x * 1.0001 + 0.5
+        return (x,)
+
+    graphs = PlanGraphs(chain, torch.device("cuda"))
+    small = torch.ones(256, device="cuda")
+    (out,) = graphs([small])
+    torch.testing.assert_close(out, chain([small])[0])
+    assert len(graphs.captured) == 1 and not graphs.slower
