@@ -260,7 +260,7 @@ def test_device_targets_generate_their_own_code(target):
     assert "_split_a[" in fp16.source and "torch.frexp" in fp16.source
     tf32x3 = next(c for c in cands if c.config["input_precision"] == "3xtf32")
     assert "part = tl.dot(a_hi, b_hi, part, input_precision=\"tf32\")" in tf32x3.source
-    assert "torch.stack([hi, w - hi])" in tf32x3.source
+    assert "planes[1, k:k + block] = x - hi" in tf32x3.source
     for c in cands:
         compile(c.source, "candidate.py", "exec")
         if target == "cuda":    # Hopper wgmma needs BLOCK_M % 64 == 0 and 4 or 8 warps
@@ -496,6 +496,103 @@ def test_fp16x3_prepare_weights_scales_each_output_column(tmp_path):
     rel = (back - w.double()).abs() / w.double().abs().amax(1, keepdim=True).clamp_min(1e-300)
     assert rel.max() < 2 ** -21
     assert out[2].dtype == torch.float32                    # the bias is untouched
+
+
+def _whole_fp16_planes(w, n_dims, planes):
+    """The fp16x3 / fp16x1 weight split as prepare_weights computed it before 2026-12-04: the
+    whole weight at once (3.5 weight-sized temporaries)."""
+    w = w.to(torch.float32)
+    k_dims = tuple(d for d in range(w.dim()) if d not in n_dims)
+    amax = w.abs().amax(dim=k_dims, keepdim=True) if k_dims else w.abs()
+    e = torch.frexp(amax)[1].clamp(-100, 100)
+    e = torch.where(amax > 0, e, torch.zeros_like(e))
+    ws = w * torch.ldexp(torch.ones_like(amax), 15 - e)
+    hi = ws.to(torch.float16)
+    parts = [hi.reshape(-1)]
+    if planes == 2:
+        parts.append((ws - hi.to(torch.float32)).to(torch.float16).reshape(-1))
+    return torch.cat(parts + [(e - 15).to(torch.float16).reshape(-1)])
+
+
+@pytest.mark.parametrize("shape, n_dims", [((12, 16), (0,)), ((16, 12), (1,)),
+                                           ((3, 10, 7), (0, 2)), ((5, 6, 4), (0, 1)),
+                                           ((9,), ()), ((6, 5), (0, 1))])
+@pytest.mark.parametrize("planes", [2, 1])
+def test_fp16_prepare_weights_in_blocks_gives_the_whole_splits_planes(shape, n_dims, planes,
+                                                                     tmp_path):
+    """prepare_weights splits a block of the weight at a time (a 32768x32768 weight split whole
+    held 3.5 weights of temporaries): bit for bit the planes of the whole split, for every
+    block size from one element to the whole weight, with columns decades apart, a zero column
+    and signed zeros."""
+    from kforge.providers.builtin.kernels import FP16_PREPARE_WEIGHTS
+    source = "import torch\n\n" + FP16_PREPARE_WEIGHTS.replace(
+        "FP16_WEIGHTS", repr({0: (n_dims, planes)}))
+    module = load_candidate(source, tmp_path / "prep.py")
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(shape, generator=g, dtype=torch.float64)
+    if n_dims:
+        col = [n if d in n_dims else 1 for d, n in enumerate(shape)]
+        w = w * torch.logspace(-20, 20, math.prod(col), dtype=torch.float64).reshape(col)
+    w = w.float()
+    w.view(-1)[1] = -0.0
+    if n_dims:
+        w[(slice(None),) * n_dims[0] + (1,)] = 0.0              # a zero column
+    expected = _whole_fp16_planes(w, n_dims, planes)
+    for block in (1, 3, 7, 16, 64, w.numel(), 1 << 24):
+        got = module.prepare_weights({0: w, 1: torch.ones(2)}, block=block)
+        assert got[0].dtype == torch.float16 and got[0].shape == expected.shape
+        assert torch.equal(got[0].view(torch.int16), expected.view(torch.int16)), block
+        assert got[1] is not None and torch.equal(got[1], torch.ones(2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("planes", [2, 1])
+def test_fp16_prepare_weights_in_blocks_on_the_gpu(planes, tmp_path):
+    """On the device the planes are the whole split's too (a 4096x8192 weight, the default
+    block of 2**24 elements and blocks of 2**20), and the temporaries are a few blocks."""
+    from kforge.providers.builtin.kernels import FP16_PREPARE_WEIGHTS
+    source = "import torch\n\n" + FP16_PREPARE_WEIGHTS.replace(
+        "FP16_WEIGHTS", repr({0: ((0,), planes)}))
+    module = load_candidate(source, tmp_path / "prep_gpu.py")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(4096, 8192, generator=g, device="cuda") * \
+        torch.logspace(-6, 6, 4096, device="cuda")[:, None]
+    expected = _whole_fp16_planes(w, (0,), planes)
+    for block in (1 << 24, 1 << 20):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        got = module.prepare_weights({0: w}, block=block)[0]
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - base - got.numel() * 2
+        assert torch.equal(got.view(torch.int16), expected.view(torch.int16)), block
+        assert extra <= 5 * 4 * block + (1 << 20), (block, extra)   # a few fp32 blocks
+        del got
+
+
+def test_fp16x3_generated_prepare_weights_is_the_blocked_split(tmp_path):
+    """The generated candidate's own prepare_weights (default block) equals the whole split."""
+    cand = _fp16x3("matmul_bias_relu")
+    assert "block=1 << 24" in cand.source
+    module = load_candidate(cand.source, tmp_path / "fp16x3_blocked.py")
+    w = torch.randn(12, 16) * torch.logspace(-8, 8, 12)[:, None]
+    got = module.prepare_weights({1: w, 2: torch.randn(12)}, block=5)[1]
+    assert torch.equal(got.view(torch.int16), _whole_fp16_planes(w, (0,), 2).view(torch.int16))
+
+
+@pytest.mark.parametrize("shape", [(12, 16), (3, 5, 7)])
+def test_tf32_prepare_weights_in_blocks_gives_the_whole_splits_planes(shape, tmp_path):
+    """3xtf32's [hi, lo] weight planes, split a block at a time: bit for bit the whole split."""
+    from kforge.providers.builtin.kernels import TF32_PREPARE_WEIGHTS
+    source = "import torch\n\n" + TF32_PREPARE_WEIGHTS.replace("TF32_WEIGHTS", "(0,)")
+    module = load_candidate(source, tmp_path / "prep_tf32.py")
+    w = torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 1e3
+    hi = ((w.view(torch.int32) + 0x1000) & -8192).view(torch.float32)
+    expected = torch.stack([hi, w - hi])                    # the whole split, as before
+    for block in (1, 4, 13, w.numel(), 1 << 24):
+        got = module.prepare_weights({0: w}, block=block)[0]
+        assert got.shape == expected.shape and torch.equal(got.view(torch.int32),
+                                                           expected.view(torch.int32)), block
 
 
 def test_fp16x3_survives_rows_and_columns_decades_apart(tmp_path):

@@ -230,6 +230,10 @@ def test_inputs_drawn_on_the_gpu_are_reproducible_from_the_seed():
     assert all(t.is_cuda for t in a)
     assert all(torch.equal(x, y) for x, y in zip(a, make_inputs(sig, 1, 8, device="cuda")))
     assert not torch.equal(a[0], make_inputs(sig, 2, 8, device="cuda")[0])
+    from kforge.verify.inputs import changed_inputs     # the worker's check, on the device
+    assert changed_inputs(sig, 1, 8, "mixed", a, device="cuda") == []
+    a[1].view(-1)[0] = -a[1].view(-1)[0]
+    assert changed_inputs(sig, 1, 8, "mixed", a, device="cuda") == [1]
     assert (a[0] != 0).all() and (a[0] > 0).any() and (a[0] < 0).any()
 
 
@@ -388,3 +392,24 @@ def test_inputs_drawn_again_are_the_same_and_a_change_is_found():
         assert torch.equal(got[0], mag)
         got[1].view(-1)[5] = torch.nextafter(got[1].view(-1)[5], torch.tensor(9.0))
         assert inputs_mod.changed_inputs(sig, seed, 8, domain, got) == [1]
+        # compared as magnitudes, then signs: a sign flipped alone is found too
+        got = make_inputs(sig, seed, 8, domain)
+        got[0].view(-1)[3] = -got[0].view(-1)[3]
+        assert inputs_mod.changed_inputs(sig, seed, 8, domain, got) == [0]
+        got = make_inputs(sig, seed, 8, domain)
+        got[2] = got[2][:-1].clone()                        # a different shape
+        assert inputs_mod.changed_inputs(sig, seed, 8, domain, got) == [2]
+
+
+def test_inputs_are_compared_in_chunks_of_the_draw(monkeypatch):
+    """Chunks smaller than the arguments: the same answers (the worker compares a 4.3 GB
+    weight 256 MB at a time)."""
+    from kforge.verify import inputs as inputs_mod
+    monkeypatch.setattr(inputs_mod, "_CHUNK", 7)
+    sig = signature_of(_spec("matmul_bias"))
+    for domain in ("mixed", "positive"):
+        got = make_inputs(sig, 4, 8, domain)
+        assert inputs_mod.changed_inputs(sig, 4, 8, domain, got) == []
+        got[1].view(-1)[-1] = -got[1].view(-1)[-1]
+        got[0].view(-1)[9] = got[0].view(-1)[9] * 2
+        assert inputs_mod.changed_inputs(sig, 4, 8, domain, got) == [0, 1]
