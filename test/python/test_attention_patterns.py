@@ -2,6 +2,7 @@
 traced graph and becomes one torch.ops.kforge.attention op; near misses are left alone."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -83,3 +84,68 @@ def test_op_reference_matches_the_kernel_reference():
     got = torch.ops.kforge.attention(q, k, v, mask, sinks, 0.25)
     want = reference_attention(q, k, v, mask=mask, scale=0.25, sinks=sinks)
     torch.testing.assert_close(got, want)
+
+
+class PlainAttention(nn.Module):
+    """Attention written with matmuls (a transformer block's or BERT's eager form): heads cut
+    from one fused projection, so the matmuls' operands are non-contiguous views that their
+    decomposition copies (view(clone(expand(x))))."""
+
+    def __init__(self, heads=2, dim=8, divide=False, masked=False):
+        super().__init__()
+        self.heads, self.dim, self.divide, self.masked = heads, dim, divide, masked
+        self.qkv = nn.Linear(heads * dim, 3 * heads * dim)
+
+    def forward(self, x, mask):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.dim).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-2, -1))
+        scores = scores / self.dim ** 0.5 if self.divide else scores * self.dim ** -0.5
+        if self.masked:
+            scores = scores + mask
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def _plain_inputs():
+    torch.manual_seed(1)
+    mask = torch.where(torch.rand(2, 1, 1, 6) > 0.3, 0.0, -1e4)
+    return torch.randn(2, 6, 16), mask
+
+
+@pytest.mark.parametrize("divide,masked", [(False, False), (True, False), (False, True)])
+def test_plain_attention_becomes_one_op_and_computes_the_same(divide, masked):
+    model = PlainAttention(divide=divide, masked=masked).eval()
+    args = _plain_inputs()
+    ep = traced(model, args)
+    assert fuse_sink_attention(ep.graph_module) == 1
+    found = ops(ep.graph_module)
+    assert torch.ops.kforge.attention.default in found
+    assert torch.ops.aten._softmax.default not in found and torch.ops.aten.bmm.default not in found
+    fused = next(n for n in ep.graph_module.graph.nodes
+                 if n.target == torch.ops.kforge.attention.default)
+    assert fused.args[4] is None and fused.args[5] == pytest.approx(8 ** -0.5)
+    assert (fused.args[3] is None) is (not masked)
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
+
+
+def test_plain_attention_whose_probabilities_are_also_returned_is_left_alone():
+    class ReturnsProbabilities(PlainAttention):
+        def forward(self, x, mask):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.dim).permute(2, 0, 3, 1, 4)
+            p = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * 0.5, dim=-1)
+            return torch.matmul(p, v), p
+
+    ep = traced(ReturnsProbabilities().eval(), _plain_inputs())
+    assert fuse_sink_attention(ep.graph_module) == 0
+
+
+def test_a_softmax_over_keys_that_are_not_transposed_is_left_alone():
+    class NoTranspose(nn.Module):
+        def forward(self, q, k, v):
+            return torch.matmul(torch.softmax(torch.matmul(q, k) * 0.5, dim=-1), v)
+
+    x = torch.randn(2, 2, 6, 6)
+    ep = traced(NoTranspose(), (x, torch.randn(2, 2, 6, 6), torch.randn(2, 2, 6, 8)))
+    assert fuse_sink_attention(ep.graph_module) == 0

@@ -8,9 +8,16 @@ spells out itself does not — gpt-oss's eager attention with sinks, after decom
     p  = slice(_softmax(sub(l, max.dim(l, -1, True)[0]), -1), -1, 0, Skv)
     o  = view(bmm(view(expand(p)), view(expand(v))), [B, H, Sq, D])
 
+Plain attention spelled out the same way (a transformer block's `softmax(q @ k^T * scale) @ v`,
+BERT's or GPT-2's eager attention with an additive mask) is that chain without the `cat` and
+the `slice`; the matmuls' decomposition may copy an operand to make it contiguous
+(`view(clone(expand(x)))`), and the scale may be a division.
+
 `fuse_sink_attention` replaces each `o` by `torch.ops.kforge.attention(q, k, v, mask, sinks,
-scale)` (kforge.attention_op), which becomes a fallback op with a fused kernel. The scale, the
-mask and the max subtraction are optional; anything else unexpected leaves the graph as it was.
+scale)` (kforge.attention_op; sinks None for plain attention), which becomes a fallback op with
+a fused kernel instead of two batched GEMM regions around a softmax region, whose score matrix
+([B, H, Sq, Skv]) went through memory three times. The scale, the mask and the max subtraction
+are optional; anything else unexpected leaves the graph as it was.
 """
 from __future__ import annotations
 
@@ -36,11 +43,14 @@ def _through(node, ops=_PASS):
 
 
 def _bmm_operand(node):
-    """What a 4-d matmul's decomposition fed to bmm: view(expand(x)) -> x (nothing further, so a
-    repeat_kv's own expand and clone stay part of the operand)."""
+    """What a 4-d matmul's decomposition fed to bmm: view(clone(expand(x))) -> x, the clone
+    (a contiguous copy) and the expand only where they keep the shape, so that a repeat_kv's
+    own expand and clone stay part of the operand."""
     if isinstance(node, torch.fx.Node) and node.target in _RESHAPES:
         node = node.args[0]
-    if isinstance(node, torch.fx.Node) and node.target == aten.expand.default:
+    while isinstance(node, torch.fx.Node) and \
+            node.target in (aten.expand.default, aten.clone.default) and \
+            _shape(node) is not None and _shape(node) == _shape(node.args[0]):
         node = node.args[0]
     return node
 
@@ -51,7 +61,7 @@ def _shape(node):
 
 
 def _match(softmax: torch.fx.Node):
-    """The pieces of one sink attention ending at `softmax`, or None."""
+    """The pieces of one attention ending at `softmax` (with sinks, or plain), or None."""
     if softmax.args[1] not in (-1, 3) or (len(softmax.args) > 2 and softmax.args[2]):
         return None
     logits = softmax.args[0]
@@ -63,13 +73,15 @@ def _match(softmax: torch.fx.Node):
         logits = logits.args[0]
         if centre.args[0].args[0] is not logits:
             return None
-    if logits.target != aten.cat.default or logits.args[1] not in (-1, 3) or \
-            len(logits.args[0]) != 2:
-        return None
-    scores, sink = logits.args[0]
-    sinks = _through(sink)
-    if _shape(sinks) is None or len(_shape(sinks)) != 1:
-        return None
+    if logits.target == aten.cat.default:          # sinks: one more logit column per head
+        if logits.args[1] not in (-1, 3) or len(logits.args[0]) != 2:
+            return None
+        scores, sink = logits.args[0]
+        sinks = _through(sink)
+        if _shape(sinks) is None or len(_shape(sinks)) != 1:
+            return None
+    else:
+        scores, sinks = logits, None
     mask = None
     if scores.target == aten.add.Tensor:
         scores, mask = scores.args
@@ -78,6 +90,9 @@ def _match(softmax: torch.fx.Node):
     scale = 1.0
     if scores.target == aten.mul.Tensor and isinstance(scores.args[1], (int, float)):
         scores, scale = scores.args[0], float(scores.args[1])
+    elif scores.target == aten.div.Tensor and isinstance(scores.args[1], (int, float)) and \
+            scores.args[1] != 0:
+        scores, scale = scores.args[0], 1.0 / float(scores.args[1])
     qk = _through(scores, _RESHAPES)
     if qk.target != aten.bmm.default:
         return None
@@ -86,22 +101,27 @@ def _match(softmax: torch.fx.Node):
     if kt.target != aten.permute.default or list(kt.args[1]) != [0, 1, 3, 2]:
         return None
     k = kt.args[0]
-    users = list(softmax.users)
-    if len(users) != 1 or users[0].target != aten.slice.Tensor:
-        return None
-    sliced = users[0]
     qs, ks = _shape(q), _shape(k)
     if qs is None or ks is None or len(qs) != 4 or len(ks) != 4:
         return None
     b, h, sq, d = qs
     skv = ks[2]
-    if tuple(sliced.args[1:4]) not in ((-1, 0, skv), (3, 0, skv), (-1, 0, -1), (3, 0, -1)):
+    if ks != (b, h, skv, d):
         return None
-    if _shape(sinks) != (h,) or ks != (b, h, skv, d):
+    node = softmax
+    if sinks is not None:          # the sink column sliced off the probabilities
+        users = list(softmax.users)
+        if len(users) != 1 or users[0].target != aten.slice.Tensor:
+            return None
+        node = users[0]
+        if tuple(node.args[1:4]) not in ((-1, 0, skv), (3, 0, skv), (-1, 0, -1), (3, 0, -1)):
+            return None
+        if _shape(sinks) != (h,):
+            return None
+    elif _shape(softmax) != (b, h, sq, skv):
         return None
     # the product with v, through the views of the probabilities
-    node = sliced
-    chain = [sliced]
+    chain = [node]
     while True:
         nxt = list(node.users)
         if len(nxt) != 1:
@@ -132,7 +152,8 @@ def _match(softmax: torch.fx.Node):
 
 
 def fuse_sink_attention(graph_module) -> int:
-    """Replaces each sink attention of the graph by one kforge.attention op; returns how many."""
+    """Replaces each attention spelled out in the graph (with sinks, or plain) by one
+    kforge.attention op; returns how many."""
     import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
     graph = graph_module.graph
     found = 0
