@@ -357,6 +357,63 @@ def test_a_waiting_worker_ends_when_its_parent_is_gone(tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
+# the fixture's good candidate, whose launch never returns after its kernel ran
+_HANGING = _source("good_add_relu").replace(
+    "    return (out,)", "    while N > 0:\n        N += 1\n    return (out,)")
+
+_ORPHAN_MID_CHECK = r"""
+import sys, threading, time
+from pathlib import Path
+from kforge.providers.base import Candidate
+from kforge.spec import load_spec
+from kforge.verify import sandbox, verify_candidate
+started = []
+real = sandbox.WorkerProcess.__init__
+def spy(self, *a, **k):
+    real(self, *a, **k)
+    started.append(self)
+sandbox.WorkerProcess.__init__ = spy
+spec = load_spec(Path(sys.argv[2]))
+cand = Candidate(id="c0", provider="test", source=sys.argv[3])
+threading.Thread(target=verify_candidate, args=(spec, cand, "cpu", "strict"),
+                 kwargs={"work_dir": Path(sys.argv[1])}, daemon=True).start()
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    if started and "check" in ((started[0].job_dir / "progress.json").read_text()
+                               if (started[0].job_dir / "progress.json").exists() else ""):
+        break
+    time.sleep(0.05)
+print(started[0].proc.pid, flush=True)
+import os
+os._exit(0)       # the parent dies while the worker runs a candidate that never returns
+"""
+
+
+def test_a_worker_in_the_middle_of_a_candidate_ends_when_its_parent_is_gone(tmp_path):
+    """The worker has a session of its own, so a signal to the verifier's process group does
+    not reach it: a killed `kforge` must not leave it running the candidate for ever."""
+    import os
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2] / "python"))
+    proc = subprocess.run([sys.executable, "-c", _ORPHAN_MID_CHECK, str(tmp_path),
+                           str(FIXTURES / "add_relu.json"), _HANGING],
+                          capture_output=True, text=True, timeout=180, env=env)
+    pid = int(proc.stdout.split()[0])
+
+    def alive():
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 60                # a bound, not a timing assertion
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive()
+
+
 def test_a_candidate_that_modifies_its_input_is_rejected():
     """The worker checks inputs against the same draws made again from the seed (not against
     pristine copies, which took another 1x of the inputs on the device): writing into an input

@@ -225,6 +225,8 @@ def _warm_up(torch, device: str) -> None:
 # the parent's references take seconds to minutes (a prefill's LM head); past this the job
 # will not come
 JOB_WAIT_S = 3600.0
+# how often the worker looks for its parent (_end_with_parent)
+PARENT_POLL_S = 0.5
 
 
 def _wait_for_job(parent: int) -> bool:
@@ -238,9 +240,25 @@ def _wait_for_job(parent: int) -> bool:
     return True
 
 
+def _end_with_parent(parent: int) -> None:
+    """The worker runs in a session of its own (the sandbox's setsid), so a signal to the
+    verifier's process group (Ctrl-C, a killed `kforge tune`) does not reach it: once its parent
+    is gone it ends itself, also in the middle of a candidate that never returns (seen here: an
+    interpreted GEMM still running 48 minutes after its `kforge compile` was killed)."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="kforge-parent-watch", daemon=True).start()
+
+
 def main() -> int:
     # the verifier's process (its pid from the sandbox: it may be gone before we could ask)
     parent = int(os.environ.get("KFORGE_VERIFY_PARENT") or os.getppid())
+    _end_with_parent(parent)
     early_device = sys.argv[2] if len(sys.argv) > 2 else ""
     write_json("progress.json", {"stage": "starting"})
     import torch
