@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
-from kforge.frontend.attention_patterns import fuse_sink_attention
+from kforge.frontend.attention_patterns import fuse_written_attention
 
 
 class SinkAttention(nn.Module):
@@ -58,7 +58,7 @@ def test_sink_attention_becomes_one_op_and_computes_the_same():
         model = SinkAttention(subtract_max=subtract_max).eval()
         args = inputs()
         ep = traced(model, args)
-        assert fuse_sink_attention(ep.graph_module) == 1
+        assert fuse_written_attention(ep.graph_module) == 1
         found = ops(ep.graph_module)
         assert torch.ops.kforge.attention.default in found
         assert torch.ops.aten._softmax.default not in found and \
@@ -73,7 +73,7 @@ def test_softmax_over_another_concatenation_is_left_alone():
             return torch.softmax(torch.cat([x, y], dim=-1), dim=-1)[..., :-1] @ x.transpose(-1, -2)
 
     ep = traced(NotAttention(), (torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 1)))
-    assert fuse_sink_attention(ep.graph_module) == 0
+    assert fuse_written_attention(ep.graph_module) == 0
 
 
 def test_op_reference_matches_the_kernel_reference():
@@ -117,7 +117,7 @@ def test_plain_attention_becomes_one_op_and_computes_the_same(divide, masked):
     model = PlainAttention(divide=divide, masked=masked).eval()
     args = _plain_inputs()
     ep = traced(model, args)
-    assert fuse_sink_attention(ep.graph_module) == 1
+    assert fuse_written_attention(ep.graph_module) == 1
     found = ops(ep.graph_module)
     assert torch.ops.kforge.attention.default in found
     assert torch.ops.aten._softmax.default not in found and torch.ops.aten.bmm.default not in found
@@ -138,7 +138,7 @@ def test_plain_attention_whose_probabilities_are_also_returned_is_left_alone():
             return torch.matmul(p, v), p
 
     ep = traced(ReturnsProbabilities().eval(), _plain_inputs())
-    assert fuse_sink_attention(ep.graph_module) == 0
+    assert fuse_written_attention(ep.graph_module) == 0
 
 
 def test_a_softmax_over_keys_that_are_not_transposed_is_left_alone():
@@ -148,4 +148,4 @@ def test_a_softmax_over_keys_that_are_not_transposed_is_left_alone():
 
     x = torch.randn(2, 2, 6, 6)
     ep = traced(NoTranspose(), (x, torch.randn(2, 2, 6, 6), torch.randn(2, 2, 6, 8)))
-    assert fuse_sink_attention(ep.graph_module) == 0
+    assert fuse_written_attention(ep.graph_module) == 0

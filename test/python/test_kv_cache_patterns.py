@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
-from kforge.frontend.attention_patterns import fuse_sink_attention, simplify_kv_cache
+from kforge.frontend.attention_patterns import fuse_written_attention, simplify_kv_cache
 
 REPO = Path(__file__).resolve().parents[2]
 aten = torch.ops.aten
@@ -64,7 +64,7 @@ def test_gpt_oss_sink_attention_takes_the_kv_heads(monkeypatch):
     model, inputs = zoo("gpt_oss_20b", monkeypatch)
     ep = traced(model, inputs)
     gm = ep.graph_module
-    assert fuse_sink_attention(gm) == 2
+    assert fuse_written_attention(gm) == 2
     done = simplify_kv_cache(gm)
     assert done == {"empty_cat_operands": 4, "repeat_kv_folded": 2, "kv_append_fused": 2}
     assert not calls(gm, torch.ops.kforge.attention.default)

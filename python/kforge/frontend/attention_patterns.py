@@ -13,7 +13,7 @@ BERT's or GPT-2's eager attention with an additive mask) is that chain without t
 the `slice`; the matmuls' decomposition may copy an operand to make it contiguous
 (`view(clone(expand(x)))`), and the scale may be a division.
 
-`fuse_sink_attention` replaces each `o` by `torch.ops.kforge.attention(q, k, v, mask, sinks,
+`fuse_written_attention` replaces each `o` by `torch.ops.kforge.attention(q, k, v, mask, sinks,
 scale)` (kforge.attention_op; sinks None for plain attention), which becomes a fallback op with
 a fused kernel instead of two batched GEMM regions around a softmax region, whose score matrix
 ([B, H, Sq, Skv]) went through memory three times. The scale, the mask and the max subtraction
@@ -151,7 +151,7 @@ def _match(softmax: torch.fx.Node):
             "out": outs[0], "chain": chain}
 
 
-def fuse_sink_attention(graph_module) -> int:
+def fuse_written_attention(graph_module) -> int:
     """Replaces each attention spelled out in the graph (with sinks, or plain) by one
     kforge.attention op; returns how many."""
     import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
@@ -359,4 +359,4 @@ def _drop_orphan_asserts(graph) -> None:
         graph.eliminate_dead_code()
 
 
-__all__ = ["fuse_sink_attention", "simplify_kv_cache"]
+__all__ = ["fuse_written_attention", "simplify_kv_cache"]

@@ -247,8 +247,8 @@ def _lower_to_linalg(program, origin: str) -> tuple[str, dict]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise UserError(f"{origin}: PyTorch's decompositions (run before torch-mlir) failed: "
                         f"{type(exc).__name__}: {_clip(first, 400)}") from None
-    from kforge.frontend.attention_patterns import fuse_sink_attention, simplify_kv_cache
-    fuse_sink_attention(program.graph_module)
+    from kforge.frontend.attention_patterns import fuse_written_attention, simplify_kv_cache
+    fuse_written_attention(program.graph_module)
     simplify_kv_cache(program.graph_module)
     _as_strided_to_view(program.graph_module)
     fx_graph = graph_record(program.graph_module, _user_inputs(program))
