@@ -229,12 +229,13 @@ JOB_WAIT_S = 3600.0
 PARENT_POLL_S = 0.5
 
 
-def _wait_for_job(parent: int) -> bool:
-    """Wait for the parent's job.json; False if the parent is gone first."""
+def _wait_for_job() -> bool:
+    """Wait for the parent's job.json; False if it has not come in JOB_WAIT_S (a parent that
+    is gone ends the worker meanwhile: _end_with_parent)."""
     path = os.path.join(JOB, "job.json")
     deadline = time.monotonic() + JOB_WAIT_S
     while not os.path.exists(path):
-        if os.getppid() != parent or time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
     return True
@@ -267,7 +268,7 @@ def main() -> int:
     _warm_up(torch, early_device)
     ready_at = time.time()
     write_json("progress.json", {"stage": "waiting"})
-    if not _wait_for_job(parent):
+    if not _wait_for_job():
         return 0
     t_job = time.perf_counter()
     with open(os.path.join(JOB, "job.json")) as f:
