@@ -1,7 +1,9 @@
-"""The builtin's opt-in persistent TMA GEMM (KFORGE_BUILTIN_TMA=1; kernels.tma_eligible): the
-bf16 scheme's Linear + epilogue regions, A cast to bf16 by a pass, A and the bf16 weight read
-through in-kernel tensor descriptors. It runs under the Triton interpreter against the float64
-reference and compiles for sm_90 to wgmma; without the variable nothing of it is offered."""
+"""The builtin's persistent TMA GEMM (KFORGE_BUILTIN_TMA; kernels.tma_eligible): the bf16
+policy's Linear + epilogue regions, with bf16 operands (A cast to bf16 by a pass) or fp16x1 (A's
+fp16 plane and row scales from the split pass, the weight's fp16 plane and column exponents from
+prepare_weights), A and the weight read through in-kernel tensor descriptors. It runs under the
+Triton interpreter against the float64 reference and compiles for sm_90 to wgmma; with the
+variable at 0 nothing of it is offered."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from kforge.providers.builtin import candidates, config_space
 from kforge.targets import get_target
 from kforge.verify.static import static_check
-from test_builtin import _big_spec, check, spec
+from test_builtin import _big_spec, check, load_candidate, run_candidate, spec
 
 TMA_SPECS = ["matmul_bias_relu", "linear_gelu_layer_norm_softmax"]
 
@@ -20,23 +22,57 @@ def interpreter(monkeypatch):
     monkeypatch.setenv("KFORGE_XCOMPILE", "0")
 
 
-def _tma(s, target):
-    return [c for c in candidates(s, target, "bf16") if c.config.get("TMA")]
+def _tma(s, target, scheme=None):
+    return [c for c in candidates(s, target, "bf16") if c.config.get("TMA")
+            and c.config.get("input_precision") == scheme]
 
 
+@pytest.mark.parametrize("scheme", [None, "fp16x1"])
 @pytest.mark.parametrize("name", TMA_SPECS)
-def test_tma_candidate_matches_the_reference(name, monkeypatch, tmp_path):
+def test_tma_candidate_matches_the_reference(name, scheme, monkeypatch, tmp_path):
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     s = spec(name)
     space = config_space(s, "cpu", "bf16")
     assert space[0].get("TMA")                      # first, where it is offered
-    cands = _tma(s, "cpu")
+    assert any(c.get("TMA") and c.get("input_precision") == "fp16x1" for c in space)
+    cands = _tma(s, "cpu", scheme)
     assert cands
     for cand in cands:
         assert "tl.make_tensor_descriptor" in cand.source
         assert "for tile in tl.range(pid, " in cand.source
+        if scheme:      # the split pass's plane, no bf16 cast pass; the scales undone
+            assert "_split_a(" in cand.source and "_cast_a(" not in cand.source
+            assert "acc = acc * s_a * " in cand.source
+        else:
+            assert "_cast_a(" in cand.source and "_split_a(" not in cand.source
         assert not static_check(cand.source), static_check(cand.source)
         check(cand, s, "bf16", tmp_path)
+
+
+def test_fp16x1_tma_undoes_the_scales_of_badly_scaled_operands(monkeypatch, tmp_path):
+    """Rows of A and columns of the weight far outside fp16's range (1e6, 1e-6): the scales
+    keep the fp16 planes finite and exact to 11 bits, and the epilogue undoes them (a
+    wrong or missing scale is off by powers of two: the check fails)."""
+    import torch
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=44)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
+              "num_warps": 4, "num_stages": 1, "TMA": True, "input_precision": "fp16x1"}
+    cand = candidates(s, "cpu", "bf16", [config])[0]
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(40, 24, generator=g) * 2 - 1
+    x[:20] *= 1e6
+    x[20:] *= 1e-6
+    w = torch.rand(44, 24, generator=g) * 2 - 1
+    w[::2] *= 1e5
+    w[1::2] *= 1e-5
+    bias = torch.zeros(44)
+    module = load_candidate(cand.source, tmp_path / "fp16x1_tma.py")
+    out = run_candidate(module, s, [x, w, bias])[0]
+    ref = torch.relu(x.double() @ w.double().T)
+    err = (out.double() - ref).abs() / (ref.abs().amax(1, keepdim=True) + 1e-300)
+    assert torch.isfinite(out).all()
+    assert err.max() < 2e-3, err.max()
 
 
 def test_tma_persistent_loop_covers_edge_tiles(monkeypatch, tmp_path):
@@ -68,13 +104,18 @@ def test_tma_is_offered_only_where_it_fits_and_only_when_asked(monkeypatch):
                                                                      "cuda"))
 
 
+@pytest.mark.parametrize("scheme", [None, "fp16x1"])
 @pytest.mark.parametrize("name", TMA_SPECS)
-def test_tma_kernel_compiles_to_wgmma_for_sm90(name, monkeypatch):
+def test_tma_kernel_compiles_to_wgmma_for_sm90(name, scheme, monkeypatch, tmp_path):
+    """On a GPU the kernel is offered past 128 rows (a decode step's GEMM keeps the pointer
+    kernel's decode tiles): 1024 rows here, the tiles it takes there."""
     pytest.importorskip("triton.backends.nvidia.compiler")
     xc = pytest.importorskip("kforge.crosscompile")
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
-    s = spec(name)
-    cands = _tma(s, "cuda")
+    assert not _tma(spec(name), "cuda", scheme)          # 8 rows: decode-shaped
+    s = _big_spec(tmp_path / name, name, M=1024, K=512, N=512 if name == "matmul_bias_relu"
+                  else 12)     # (GELU, norm and softmax over 64+ columns spill, pointer kernels too)
+    cands = _tma(s, "cuda", scheme)
     assert len(cands) == 2
     for cand in cands:
         assert not static_check(cand.source), static_check(cand.source)

@@ -852,22 +852,34 @@ def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, til
 
 
 # ---------------------------------------------------------------------------------------------
-# The persistent TMA GEMM (bf16 scheme; opt-in, KFORGE_BUILTIN_TMA=1)
+# The persistent TMA GEMM (bf16 policy: bf16 operands or fp16x1)
 # ---------------------------------------------------------------------------------------------
-# Offered only where this is set: an experiment, not yet measured on a GPU
-# (docs/builtin-provider.md). kforge/kernels/gemm.py's tma2, the same design, measured 0.83-0.93
-# of cuBLAS on the H200 where this builtin's pointer kernels reach about 0.75 of the bf16 floor.
+# KFORGE_BUILTIN_TMA=1 offers it first, =0 never; unset, TMA_DEFAULT decides.
+# kforge/kernels/gemm.py's tma2, the same design, measured 0.95-1.06 of cuBLAS bf16 on the H200
+# (kernel alone, M >= 256) where this builtin's pointer kernels reach about 0.75 of the floor.
 TMA_ENV = "KFORGE_BUILTIN_TMA"
+TMA_DEFAULT = False
 
 
-def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape) -> bool:
-    """Whether the persistent TMA kernel fits this GEMM stage under the bf16 scheme: a 2-D
+def tma_wanted() -> bool:
+    """Whether the persistent TMA kernel is offered (KFORGE_BUILTIN_TMA, else TMA_DEFAULT)."""
+    env = os.environ.get(TMA_ENV)
+    return TMA_DEFAULT if env not in ("0", "1") else env == "1"
+
+
+def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                 scheme: str | None = None) -> bool:
+    """Whether the persistent TMA kernel fits this GEMM stage under the bf16 policy with bf16
+    operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
+    plane from prepare_weights, the power-of-two scales undone on the tile): a 2-D
     product (no batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to
     bf16 once by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned bf16 rows),
     an fp32 product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
     cast to a bf16 [M, K] copy by a pass; the output is stored with masked tl.store, so N needs
     no alignment."""
     if precision != "bf16" or stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
+        return False
+    if scheme not in (None, FP16X1) or (scheme == FP16X1 and not fp16x3_eligible(spec, stage)):
         return False
     if target.name == "cuda" and target.sm < 90:        # TMA is Hopper's
         return False
@@ -902,14 +914,47 @@ def _weight_read_index(spec: KernelSpec, target, con: Contraction, weight: str):
     return em.load_index.get(weight)
 
 
-def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape) -> list[dict]:
-    """The TMA kernel's configurations (the target's first two bf16 tiles without split-K, with
-    TMA set), where KFORGE_BUILTIN_TMA=1 and the stage qualifies (tma_eligible); else none."""
-    if os.environ.get(TMA_ENV) != "1" or not tma_eligible(spec, target, precision, stage):
+def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                scheme: str | None = None) -> list[dict]:
+    """The TMA kernel's configurations for `scheme` (bf16 operands or fp16x1), where it is
+    wanted (tma_wanted) and the stage qualifies (tma_eligible) and, on a GPU, has more than 128
+    rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles); else none. The
+    tiles tma2 measured best on the H200 (benchmarks/gemm/NOTES.md runs 5-7): 128x256x64, 8
+    warps, GROUP_M 16 beyond 512 rows (3 stages: the tl.store epilogue's layout conversion takes
+    the fourth's shared memory), 128x128x64 below; then the target's first tile. A row
+    reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most 64
+    accumulator values a thread."""
+    if not tma_wanted() or not tma_eligible(spec, target, precision, stage, scheme):
+        return []
+    if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
         return []
     problem = dict(problem_of(spec, stage), precision=precision)
-    tiles = [c for c in target.configs("gemm", problem) if c.get("SPLIT_K", 1) == 1]
-    return [dict(c, TMA=True) for c in tiles[:2]]
+    tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
+             if c.get("SPLIT_K", 1) == 1]
+    if stage.reductions and not target.interpreter:
+        # row reductions on the tile hold the row's values beside the accumulator: at most 64
+        # accumulator values a thread (sm_90, 128x128 with 4 warps: 72 bytes of spills)
+        tiles = [c for c in tiles if c["BLOCK_M"] * c["BLOCK_N"] <= 64 * 32 * c["num_warps"]]
+    if not stage.reductions and not target.interpreter:
+        M = stage.contraction.extent(stage.contraction.m)
+        own = [_cfg_tile(128, 256, 64, 8, 3, 16), _cfg_tile(128, 128, 64, 8, 4, 16)] \
+            if M > 512 else [_cfg_tile(128, 128, 64, 8, 4, 16), _cfg_tile(128, 128, 64, 4, 4, 8)]
+        tiles = own + tiles
+    out, seen = [], set()
+    for c in tiles:
+        c = dict(c, TMA=True)
+        if scheme:
+            c["input_precision"] = scheme
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out[:2]
+
+
+def _cfg_tile(bm, bn, bk, warps, stages, group_m) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, "SPLIT_K": 1,
+            "num_warps": warps, "num_stages": stages}
 
 
 def build_cast_pass(b: _Builder, shape: RegionShape, out: str, name: str) -> None:
@@ -964,18 +1009,22 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     BM, BN, BK = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     if fuse_rows and BN < N:
         raise CannotGenerate("fused row reductions need BLOCK_N >= N")
-    if not tma_eligible(spec, target, b.precision, shape) or config.get("input_precision") \
+    scheme = config.get("input_precision")
+    if not tma_eligible(spec, target, b.precision, shape, scheme) \
             or config.get("SPLIT_K", 1) > 1:
-        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16-scheme products of a "
-                             "K-major weight with K % 8 == 0, without split-K")
+        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16 or fp16x1 products of "
+                             "a K-major weight with K % 8 == 0, without split-K")
     weight = _weight_source(spec, op.operands[con.b])
-    a16 = f"{op.results[0]}_a16"
+    a16 = f"{op.results[0]}_a16"        # bf16: the cast pass's copy; fp16x1: the split's plane
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
              "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", "BLOCK_N"))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
     em = b.emitter(kvars, columns)
     em.loads.setdefault(a16, set()).add("dot")
-    em.loads.setdefault(weight, set()).add("dot")       # bf16 from prepare_weights
+    em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
+    if scheme == FP16X1:
+        em.loads.setdefault(f"{op.results[0]}_as", set()).add("other")
+        b.fp16_weights[weight] = ((0,), 1)              # [hi plane, column exponents]
     top = Scope(None)
     tiles = -(-M // BM) * -(-N // BN)
     programs = max(1, min(tiles, target.compute_units))
@@ -1006,9 +1055,17 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] tile, zero past N, K")
     if target.bf16_dot_ok:
         loop.emit(f"acc = tl.dot(a, w.T, acc)  # {op.name}")
-    else:               # the interpreter: bf16 values, fp32 products
+    else:               # the interpreter: 16-bit values, fp32 products
         loop.emit(f"acc = tl.dot(a.to(tl.float32), w.T.to(tl.float32), acc)  # {op.name}")
     loop.close()
+    if scheme == FP16X1:
+        tile.emit("# undo the power-of-two operand scales (exact): A's row scales, the "
+                  "weight's column exponents (stored after its plane)")
+        tile.emit(f"s_a = tl.load({em.pointers[f'{op.results[0]}_as']} + rm"
+                  + (f", mask=rm < {M}, other=1.0)" if M % BM else ")"))
+        tile.emit(f"e_b = tl.load({em.pointers[weight]} + {N * K} + rn"
+                  + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
+        tile.emit("acc = acc * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
     p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
     tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
@@ -1020,7 +1077,8 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
                                  "GROUP_M": config["GROUP_M"], "NUM_SMS": programs}, top.lines,
              f"({programs},)", config["num_warps"], config.get("num_stages"),
              options=target.launch_options(config),
-             comment=f"{op.name} M={M} N={N} K={K}; persistent, operands by TMA (bf16)"
+             comment=f"{op.name} M={M} N={N} K={K}; persistent, operands by TMA "
+             f"({'fp16x1' if scheme else 'bf16'})"
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
 
 
@@ -1275,8 +1333,9 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         for side in sides:
             build_split_pass(b, stage, side, f"{vc}_{side}16", f"{vc}_{side}s",
                              f"{stem}_split_{side}", lo=scheme == FP16X3)
-    if config.get("TMA"):
-        # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read
+    if config.get("TMA") and config.get("input_precision") != FP16X1:
+        # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read (fp16x1 reads the
+        # split pass's fp16 plane)
         a16 = f"{vc}_a16"
         b.temporaries[a16] = (f"torch.empty(({con.extent(con.m)}, {con.extent(con.k)}), "
                               "device=device, dtype=torch.bfloat16)  # A in bf16 for TMA")
