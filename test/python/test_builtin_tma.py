@@ -87,10 +87,22 @@ def test_tma_persistent_loop_covers_edge_tiles(monkeypatch, tmp_path):
     check(cand, s, "bf16", tmp_path)
 
 
-def test_tma_is_offered_only_where_it_fits_and_only_when_asked(monkeypatch):
-    for name in TMA_SPECS:
+def test_tma_is_offered_only_where_it_fits_and_not_when_turned_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "0")
+    big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=2048)
+    for s in [spec(name) for name in TMA_SPECS] + [big]:
         for target in ("cpu", "cuda"):
-            assert not any("TMA" in c for c in config_space(spec(name), target, "bf16"))
+            assert not any("TMA" in c for c in config_space(s, target, "bf16"))
+    monkeypatch.delenv("KFORGE_BUILTIN_TMA")
+    # the default on a GPU: first for fp16x1 past 128 rows; bf16 operands only with a wave of
+    # 128 x 128 tiles (1024 x 2048: 128 tiles, fewer than the 132 SMs)
+    space = config_space(big, "cuda", "bf16")
+    assert space[0].get("TMA") and space[0]["input_precision"] == "fp16x1"
+    assert not any(c.get("TMA") and not c.get("input_precision") for c in space)
+    wide = _big_spec(tmp_path / "wide", "matmul_bias_relu", M=4096, K=512, N=4096)
+    assert any(c.get("TMA") and not c.get("input_precision")
+               for c in config_space(wide, "cuda", "bf16"))
+    assert not any(c.get("TMA") for c in config_space(spec("matmul_bias_relu"), "cuda", "bf16"))
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     # batched, an activation B, K % 8 != 0 (a conv's im2col K = 18), other policies
     for name in ("bmm_scale_softmax", "gemm_rope_split_outputs", "conv2d_bias"):

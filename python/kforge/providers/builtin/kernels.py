@@ -854,11 +854,16 @@ def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, til
 # ---------------------------------------------------------------------------------------------
 # The persistent TMA GEMM (bf16 policy: bf16 operands or fp16x1)
 # ---------------------------------------------------------------------------------------------
-# KFORGE_BUILTIN_TMA=1 offers it first, =0 never; unset, TMA_DEFAULT decides.
-# kforge/kernels/gemm.py's tma2, the same design, measured 0.95-1.06 of cuBLAS bf16 on the H200
-# (kernel alone, M >= 256) where this builtin's pointer kernels reach about 0.75 of the floor.
+# Offered first where it fits (tma_configs); KFORGE_BUILTIN_TMA=0 never, =1 also where the
+# measured rule below leaves it out. H200, 2026-12-04 (benchmarks/results/
+# 2026-12-04b-h200-builtin-tma): against the pointer kernel the builtin took first, fp16x1 ran
+# 1.03-1.54x faster on all 8 shapes (8192^3 1.761 vs 1.811 ms; 4096^3 0.229 vs 0.288; 256 x
+# 4096^2 0.042 vs 0.065; a fused norm + softmax over N = 128 0.097 vs 0.108); bf16 operands
+# (plus a cast pass) 1.17-1.20x faster at 8192^3 and 16384 x 4096^2, even at 4096^3 and 512 x
+# 8192^2, slower where few tiles fill the SMs (256 x 4096^2: 0.046 vs 0.037) and with a fused
+# row reduction over N = 128 (0.095 vs 0.064: the cast pass is most of the time).
 TMA_ENV = "KFORGE_BUILTIN_TMA"
-TMA_DEFAULT = False
+TMA_DEFAULT = True
 
 
 def tma_wanted() -> bool:
@@ -918,7 +923,9 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                 scheme: str | None = None) -> list[dict]:
     """The TMA kernel's configurations for `scheme` (bf16 operands or fp16x1), where it is
     wanted (tma_wanted) and the stage qualifies (tma_eligible) and, on a GPU, has more than 128
-    rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles); else none. The
+    rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles) and, for
+    bf16 operands, at least a wave of 128 x 128 tiles and no fused row reduction (unless
+    KFORGE_BUILTIN_TMA=1); else none. The
     tiles tma2 measured best on the H200 (benchmarks/gemm/NOTES.md runs 5-7): 128x256x64, 8
     warps, GROUP_M 16 beyond 512 rows (3 stages: the tl.store epilogue's layout conversion takes
     the fourth's shared memory), 128x128x64 below; then the target's first tile. A row
@@ -927,6 +934,13 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if not tma_wanted() or not tma_eligible(spec, target, precision, stage, scheme):
         return []
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
+        return []
+    con = stage.contraction
+    if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
+            stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
+            < target.compute_units):
+        # bf16 operands: its cast pass pays only where a wave of 128 x 128 tiles fills the SMs
+        # and no row reduction is fused (measured: see TMA_DEFAULT)
         return []
     problem = dict(problem_of(spec, stage), precision=precision)
     tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
