@@ -856,12 +856,13 @@ def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, til
 # ---------------------------------------------------------------------------------------------
 # Offered first where it fits (tma_configs); KFORGE_BUILTIN_TMA=0 never, =1 also where the
 # measured rule below leaves it out. H200, 2026-12-04 (benchmarks/results/
-# 2026-12-04b-h200-builtin-tma): against the pointer kernel the builtin took first, fp16x1 ran
-# 1.03-1.54x faster on all 8 shapes (8192^3 1.761 vs 1.811 ms; 4096^3 0.229 vs 0.288; 256 x
-# 4096^2 0.042 vs 0.065; a fused norm + softmax over N = 128 0.097 vs 0.108); bf16 operands
-# (plus a cast pass) 1.17-1.20x faster at 8192^3 and 16384 x 4096^2, even at 4096^3 and 512 x
-# 8192^2, slower where few tiles fill the SMs (256 x 4096^2: 0.046 vs 0.037) and with a fused
-# row reduction over N = 128 (0.095 vs 0.064: the cast pass is most of the time).
+# 2026-12-04b-h200-builtin-tma), its first tile against the pointer kernel the builtin took
+# first: fp16x1 1.03-1.54x faster on 6 of 8 shapes (8192^3 1.761 vs 1.811 ms; 4096^3 0.229 vs
+# 0.288; 256 x 4096^2 0.042 vs 0.065), even on 512 x 8192^2 (0.153 vs 0.150; its second tile
+# 0.129) and a fused norm + softmax over N = 128 (0.108 vs 0.108); bf16 operands (plus a cast
+# pass) 1.17-1.20x faster on the four largest, even at 4096^3 and 512 x 8192^2, slower where
+# few tiles fill the SMs (256 x 4096^2: 0.050 vs 0.037) and with a fused row reduction over
+# N = 128 (0.106 vs 0.064: the cast pass is most of the time).
 TMA_ENV = "KFORGE_BUILTIN_TMA"
 TMA_DEFAULT = True
 
