@@ -867,10 +867,13 @@ TMA_ENV = "KFORGE_BUILTIN_TMA"
 TMA_DEFAULT = True
 
 
-def tma_wanted() -> bool:
-    """Whether the persistent TMA kernel is offered (KFORGE_BUILTIN_TMA, else TMA_DEFAULT)."""
+def tma_wanted(target) -> bool:
+    """Whether the persistent TMA kernel is offered: KFORGE_BUILTIN_TMA=0/1, else TMA_DEFAULT on
+    GPUs (the interpreter runs it only when asked: tested, not timed)."""
     env = os.environ.get(TMA_ENV)
-    return TMA_DEFAULT if env not in ("0", "1") else env == "1"
+    if env in ("0", "1"):
+        return env == "1"
+    return TMA_DEFAULT and not target.interpreter
 
 
 def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
@@ -932,7 +935,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     the fourth's shared memory), 128x128x64 below; then the target's first tile. A row
     reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most 64
     accumulator values a thread."""
-    if not tma_wanted() or not tma_eligible(spec, target, precision, stage, scheme):
+    if not tma_wanted(target) or not tma_eligible(spec, target, precision, stage, scheme):
         return []
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
         return []
