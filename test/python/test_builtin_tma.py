@@ -103,6 +103,11 @@ def test_tma_is_offered_only_where_it_fits_and_not_when_turned_off(monkeypatch, 
     assert any(c.get("TMA") and not c.get("input_precision")
                for c in config_space(wide, "cuda", "bf16"))
     assert not any(c.get("TMA") for c in config_space(spec("matmul_bias_relu"), "cuda", "bf16"))
+    # a norm over N = 4096 runs in a rows kernel after the GEMM: the GEMM's own 128 x 256 tiles
+    # (with the fused-row register cap it took 128 x 128 and ran 0.84x the pointer kernel)
+    rows = _big_spec(tmp_path / "rows", "linear_gelu_layer_norm_softmax", M=4096, K=512, N=4096)
+    first = config_space(rows, "cuda", "bf16")[0]
+    assert first.get("TMA") and (first["BLOCK_M"], first["BLOCK_N"]) == (128, 256), first
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     # batched, an activation B, K % 8 != 0 (a conv's im2col K = 18), other policies
     for name in ("bmm_scale_softmax", "gemm_rope_split_outputs", "conv2d_bias"):

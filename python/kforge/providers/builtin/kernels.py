@@ -548,6 +548,9 @@ def fp16x3_configs(configs: list[dict]) -> list[dict]:
     return out
 
 
+SPLIT_ONE_BLOCK = 8192     # the split pass reads a row of at most this many columns once
+
+
 def build_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, scale: str,
                      name: str, lo: bool = True) -> None:
     """The fp16x3 pass over one GEMM operand: for each of its rows (A: batch x M rows, B: batch
@@ -564,8 +567,12 @@ def _emit_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, sc
                      name: str, rows: int, K: int, lo: bool = True) -> None:
     c = shape.contraction
     op = c.op
-    BC = min(2048, 1 << (K - 1).bit_length())
+    # a row of up to 8192 columns is one block, read once (its max, then its planes, from the
+    # same registers); longer rows loop over blocks of 2048 twice (the second read from L2)
+    single = K <= SPLIT_ONE_BLOCK
+    BC = 1 << (K - 1).bit_length() if single else 2048
     BR = max(1, min(2048 // BC, 1 << (rows - 1).bit_length()))
+    warps = 8 if BC >= 4096 else 4
     row_mask = "row_mask" if rows % BR else None
     col_mask = "col_mask" if K % BC else None
     kvars = {"rows": KVar("rows", row_mask, ROW), "cols": KVar("cols", col_mask, COL)}
@@ -581,7 +588,8 @@ def _emit_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, sc
     root.emit("rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
     if row_mask:
         root.emit(f"row_mask = rows < {rows}")
-    root.emit("amax = tl.full([BLOCK_R, BLOCK_C], 0.0, tl.float32)")
+    if not single:
+        root.emit("amax = tl.full([BLOCK_R, BLOCK_C], 0.0, tl.float32)")
 
     def loop():
         sc = Scope(root, binds={"cols"}, depth=2, header=f"for c0 in range(0, {K}, BLOCK_C):")
@@ -592,21 +600,29 @@ def _emit_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, sc
         code = x.code if "cols" in x.deps else f"tl.broadcast_to({x.code}, [BLOCK_R, BLOCK_C])"
         return sc, code
 
-    sc, x = loop()
-    absx = f"tl.where(col_mask, tl.abs({x}), 0.0)" if col_mask else f"tl.abs({x})"
-    sc.emit(f"amax = tl.maximum(amax, {absx})")
-    sc.close()
     b.combiners.setdefault("_maxnum", None)
-    root.emit("amax = tl.reduce(amax, 1, _maxnum, keep_dims=True)")
-    root.emit("# power-of-two scale per row: amax < 2**e, so |x * 2**(15 - e)| < 2**15 (fp16 max "
-              "65504)")
-    root.emit("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126")
-    root.emit("e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)   # zero rows: 1")
-    root.emit("scale = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)   # 2**(15 - e)")
-    mask = em.mask_of({"rows"})
-    root.emit(f"tl.store({scale}_out + rows, ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)"
-              + (f", mask={mask})" if mask else ")") + "   # 2**(e - 15), undone on the product")
     sc, x = loop()
+    if single:              # one iteration: the row's values stay in registers
+        sc.emit(f"xr = {x}")
+        x = "xr"
+    absx = f"tl.where(col_mask, tl.abs({x}), 0.0)" if col_mask else f"tl.abs({x})"
+    if single:
+        sc.emit(f"amax = tl.reduce({absx}, 1, _maxnum, keep_dims=True)")
+    else:
+        sc.emit(f"amax = tl.maximum(amax, {absx})")
+        sc.close()
+        root.emit("amax = tl.reduce(amax, 1, _maxnum, keep_dims=True)")
+    at = sc if single else root
+    at.emit("# power-of-two scale per row: amax < 2**e, so |x * 2**(15 - e)| < 2**15 (fp16 max "
+            "65504)")
+    at.emit("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126")
+    at.emit("e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)   # zero rows: 1")
+    at.emit("scale = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)   # 2**(15 - e)")
+    mask = em.mask_of({"rows"})
+    at.emit(f"tl.store({scale}_out + rows, ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)"
+            + (f", mask={mask})" if mask else ")") + "   # 2**(e - 15), undone on the product")
+    if not single:
+        sc, x = loop()
     sc.emit(f"x = {x} * scale")
     sc.emit("hi = x.to(tl.float16)")
     offs = f"{'rows.to(tl.int64)' if big else 'rows'} * {K} + cols"
@@ -619,7 +635,7 @@ def _emit_split_pass(b: _Builder, shape: RegionShape, side: str, planes: str, sc
     sc.close()
     what = "A (rows: batch x M)" if side == "a" else "B (rows: batch x N)"
     b.finish(em, name, [planes, scale], {"BLOCK_R": BR, "BLOCK_C": BC}, root.lines,
-             f"(triton.cdiv({rows}, {BR}),)", 4,
+             f"(triton.cdiv({rows}, {BR}),)", warps,
              comment=f"fp16x{3 if lo else 1} split of {op.name}'s {what}: {rows} rows of K={K} "
                      f"-> fp16 {'[hi, lo] planes' if lo else 'plane'} of the row scaled by a "
                      "power of two, and the scale",
@@ -928,7 +944,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     """The TMA kernel's configurations for `scheme` (bf16 operands or fp16x1), where it is
     wanted (tma_wanted) and the stage qualifies (tma_eligible) and, on a GPU, has more than 128
     rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles) and, for
-    bf16 operands, at least a wave of 128 x 128 tiles and no fused row reduction (unless
+    bf16 operands, at least a wave of 128 x 128 tiles and no row reduction (unless
     KFORGE_BUILTIN_TMA=1); else none. The
     tiles tma2 measured best on the H200 (benchmarks/gemm/NOTES.md runs 5-7): 128x256x64, 8
     warps, GROUP_M 16 beyond 512 rows (3 stages: the tl.store epilogue's layout conversion takes
@@ -949,11 +965,16 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     problem = dict(problem_of(spec, stage), precision=precision)
     tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
              if c.get("SPLIT_K", 1) == 1]
-    if stage.reductions and not target.interpreter:
+    N = con.extent(con.n)
+    fused = bool(stage.reductions) and problem.get("full_rows") and 1 << (N - 1).bit_length() <= 256
+    if fused and not target.interpreter:
         # row reductions on the tile hold the row's values beside the accumulator: at most 64
         # accumulator values a thread (sm_90, 128x128 with 4 warps: 72 bytes of spills)
         tiles = [c for c in tiles if c["BLOCK_M"] * c["BLOCK_N"] <= 64 * 32 * c["num_warps"]]
-    if not stage.reductions and not target.interpreter:
+    if not fused and not target.interpreter:
+        # (a reduction over a wider N runs in a rows kernel after the GEMM: the GEMM's own
+        # tiles; H200 2026-12-04, 4096^3 + GELU + residual + layer norm: 128x128 tiles 0.376 ms
+        # against the pointer kernel's 128x256 0.315)
         M = stage.contraction.extent(stage.contraction.m)
         own = [_cfg_tile(128, 256, 64, 8, 3, 16), _cfg_tile(128, 128, 64, 8, 4, 16)] \
             if M > 512 else [_cfg_tile(128, 128, 64, 8, 4, 16), _cfg_tile(128, 128, 64, 4, 4, 8)]
