@@ -118,6 +118,11 @@ _M64_EFF = 0.81                             # BLOCK_M 64 against 128
 # is per element: on the 26 recorded spaces their 128x128x64 (2 stages) measured 0.93-1.35x
 # the time of 128x128x32 (3 stages), never the 1/0.84 gain
 _K32_EFF = 0.84
+# the persistent TMA kernel (a config with "TMA"; kernels.tma_configs) against the pointer
+# kernel at the same tile: H200 2026-12-04 (benchmarks/results/2026-12-04b-h200-builtin-tma),
+# 1.03-1.26x under fp16x1 and 1.17-1.20x with bf16 operands on compute-bound shapes; its bf16
+# operands come from a cast pass (A read in fp32, written in bf16), not cast in the kernel
+_TMA_EFF = 1.15
 _OVERLAP = 0.3                              # how much of the shorter side does not hide
 _SPILL = 2.5                                # a spilling kernel's slowdown (measured 2-4x)
 _VALUES_PER_THREAD = 200                    # of 255 registers, the rest: addresses and state
@@ -246,7 +251,8 @@ def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
     eff = _tile_eff(bm, bn, scheme) * (_K32_EFF if bk < 64 and scheme not in _FP32_SPLIT
                                        else 1.0) \
         * _SCHEME_EFF.get(scheme, 1.0) \
-        * (_TF32_MN_EFF if scheme in _TF32_RATE and _b_mn_major(spec, shape) else 1.0)
+        * (_TF32_MN_EFF if scheme in _TF32_RATE and _b_mn_major(spec, shape) else 1.0) \
+        * (_TMA_EFF if c.get("TMA") else 1.0)
     # bytes, as the kernel reads them
     a_e, b_e, b_weight = _operands(spec, shape)
     compute = per_sm * 2 * bm * bn * k_tile * _PRODUCTS.get(scheme, 1) / (rate / sms * eff)
@@ -257,6 +263,9 @@ def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
         extra += _LAUNCH_S + B * M * K * (a_e + a_k) / peaks.bytes_per_s
         if not b_weight:
             extra += B * N * K * (b_e + a_k) / peaks.bytes_per_s
+    elif c.get("TMA") and a_e > 2:   # the TMA kernel's bf16 A: a cast pass writes it
+        a_k = 2
+        extra += _LAUNCH_S + B * M * K * (a_e + a_k) / peaks.bytes_per_s
     else:
         a_k = a_e
     b_k = _WEIGHT_BYTES.get(scheme, 4) if b_weight else (2 * planes if planes else b_e)
