@@ -898,7 +898,7 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
     plane from prepare_weights, the power-of-two scales undone on the tile): a 2-D
     product (no batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to
-    bf16 once by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned bf16 rows),
+    bf16 or split to its fp16 plane once by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned bf16 rows),
     an fp32 product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
     cast to a bf16 [M, K] copy by a pass; the output is stored with masked tl.store, so N needs
     no alignment."""
@@ -945,8 +945,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     wanted (tma_wanted) and the stage qualifies (tma_eligible) and, on a GPU, has more than 128
     rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles) and, for
     bf16 operands, at least a wave of 128 x 128 tiles and no row reduction (unless
-    KFORGE_BUILTIN_TMA=1); else none. The
-    tiles tma2 measured best on the H200 (benchmarks/gemm/NOTES.md runs 5-7): 128x256x64, 8
+    KFORGE_BUILTIN_TMA=1); else none. The tiles tma2 measured best on the H200
+    (benchmarks/gemm/NOTES.md runs 5-7): 128x256x64, 8
     warps, GROUP_M 16 beyond 512 rows (3 stages: the tl.store epilogue's layout conversion takes
     the fourth's shared memory), 128x128x64 below; then the target's first tile. A row
     reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most 64
@@ -960,7 +960,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
             stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
             < target.compute_units):
         # bf16 operands: its cast pass pays only where a wave of 128 x 128 tiles fills the SMs
-        # and no row reduction is fused (measured: see TMA_DEFAULT)
+        # and the stage has no row reduction (measured with a fused one: see TMA_DEFAULT)
         return []
     problem = dict(problem_of(spec, stage), precision=precision)
     tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
