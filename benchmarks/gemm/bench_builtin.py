@@ -116,6 +116,10 @@ def reference(builder, x, w, b):
 
 
 def main():
+    if not torch.cuda.is_available():
+        sys.exit("bench_builtin.py times kernels on a CUDA GPU (sm_90 for the TMA kernel); none is "
+                 "visible here. The kernels' correctness runs on the CPU in "
+                 "test/python/test_builtin_tma.py.")
     dev = torch.cuda.get_device_name()
     print(f"# {dev}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     rows = []
