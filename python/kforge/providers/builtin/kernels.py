@@ -965,8 +965,9 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     problem = dict(problem_of(spec, stage), precision=precision)
     tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
              if c.get("SPLIT_K", 1) == 1]
-    N = con.extent(con.n)
-    fused = bool(stage.reductions) and problem.get("full_rows") and 1 << (N - 1).bit_length() <= 256
+    # the target fuses the row reduction into the tile where its tiles span N
+    fused = bool(stage.reductions and problem.get("full_rows") and tiles) \
+        and tiles[0]["BLOCK_N"] >= con.extent(con.n)
     if fused and not target.interpreter:
         # row reductions on the tile hold the row's values beside the accumulator: at most 64
         # accumulator values a thread (sm_90, 128x128 with 4 warps: 72 bytes of spills)
@@ -975,7 +976,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         # (a reduction over a wider N runs in a rows kernel after the GEMM: the GEMM's own
         # tiles; H200 2026-12-04, 4096^3 + GELU + residual + layer norm: 128x128 tiles 0.376 ms
         # against the pointer kernel's 128x256 0.315)
-        M = stage.contraction.extent(stage.contraction.m)
+        M = con.extent(con.m)
         own = [_cfg_tile(128, 256, 64, 8, 3, 16), _cfg_tile(128, 128, 64, 8, 4, 16)] \
             if M > 512 else [_cfg_tile(128, 128, 64, 8, 4, 16), _cfg_tile(128, 128, 64, 4, 4, 8)]
         tiles = own + tiles
