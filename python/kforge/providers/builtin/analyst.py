@@ -258,16 +258,12 @@ def tile_model(shape, c: dict, sms: int = SMS, spec=None, peaks=None) -> dict:
     compute = per_sm * 2 * bm * bn * k_tile * _PRODUCTS.get(scheme, 1) / (rate / sms * eff)
     planes = _FP16_PLANES.get(scheme)
     extra = 0.0
-    if planes:                       # A (and a B that is no weight) split by a pass
-        a_k = 2 * planes
+    # A split by a pass (and a B that is no weight), or cast to bf16 by one for the TMA kernel
+    a_k = 2 * planes if planes else 2 if c.get("TMA") and a_e > 2 else a_e
+    if a_k != a_e or planes:
         extra += _LAUNCH_S + B * M * K * (a_e + a_k) / peaks.bytes_per_s
-        if not b_weight:
-            extra += B * N * K * (b_e + a_k) / peaks.bytes_per_s
-    elif c.get("TMA") and a_e > 2:   # the TMA kernel's bf16 A: a cast pass writes it
-        a_k = 2
-        extra += _LAUNCH_S + B * M * K * (a_e + a_k) / peaks.bytes_per_s
-    else:
-        a_k = a_e
+    if planes and not b_weight:
+        extra += B * N * K * (b_e + a_k) / peaks.bytes_per_s
     b_k = _WEIGHT_BYTES.get(scheme, 4) if b_weight else (2 * planes if planes else b_e)
     traffic = B * (M * K * a_k + N * K * b_k) + B * M * N * 4 * (2 * sk - 1)
     if sk > 1:                       # the epilogue re-reads the partial sums

@@ -982,9 +982,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         tiles = own + tiles
     out, seen = [], set()
     for c in tiles:
-        c = dict(c, TMA=True)
-        if scheme:
-            c["input_precision"] = scheme
+        c = dict(c, TMA=True)           # (config_space adds the scheme's input_precision)
         key = tuple(sorted(c.items()))
         if key not in seen:
             seen.add(key)
