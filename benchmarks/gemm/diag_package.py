@@ -17,7 +17,7 @@ timed the same way:
 * bf16out: the output written in bf16 (what the fp32 output's bytes cost; not a KForge option);
 * tmastore_flat: tmastore with the tile loop flattened into the K loop's pipeline (tma2's
   FLATTEN: the next tile's loads in flight during this tile's epilogue);
-* bn128: 128x128 tiles, 4 stages.
+* bn128: 128x128 tiles, 4 stages; bm256: 256x128 tiles in place of 128x256; group8: GROUP_M 8.
 
 The matched route is timed beside: the model cast to bf16 on bf16 inputs (cuBLAS), eager.
 Writes $OUT/diag_package.json and prints a table. A diagnostic, not a benchmark of record.
@@ -83,6 +83,8 @@ def variant_sources(src: str) -> dict:
                             r"(\n\s*# tl\.make_tensor_descriptor)",
                             r"\1torch.bfloat16)\2", src)
     out["bn128"] = re.sub(r"BLOCK_N=256", "BLOCK_N=128", out["stages4"])
+    out["bm256"] = src.replace("BLOCK_M=128, BLOCK_N=256", "BLOCK_M=256, BLOCK_N=128")
+    out["group8"] = re.sub(r"GROUP_M=16", "GROUP_M=8", src)
     m = re.search(r"\n(\s+)tl\.store\((\w+) \+ \(\(rm \* (\d+)\) \+ rn\), (\w+)\)\n", src)
     dims = re.search(r"M=(\d+) N=(\d+) K=(\d+)", src)
     if m and dims:
@@ -181,14 +183,23 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("diag_package.py needs a CUDA GPU")
     pkg_root = Path(sys.argv[1])
-    recs = []
-    for name in sys.argv[2:]:
+    OUT.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("KF_DIAG_ONE"):           # the child: one workload, its record to a file
         try:
-            recs.append(run_workload(pkg_root, name))
+            rec = run_workload(pkg_root, sys.argv[2])
         except Exception as exc:
             traceback.print_exc()
-            recs.append({"workload": name, "error": f"{type(exc).__name__}: {exc}"})
-        OUT.mkdir(parents=True, exist_ok=True)
+            rec = {"workload": sys.argv[2], "error": f"{type(exc).__name__}: {exc}"}
+        Path(os.environ["KF_DIAG_ONE"]).write_text(json.dumps(rec))
+        return
+    import subprocess
+    recs = []
+    for name in sys.argv[2:]:       # one process each: a faulting variant ends only its own
+        one = OUT / f"diag_{name}.json"
+        subprocess.run([sys.executable, __file__, str(pkg_root), name],
+                       env=dict(os.environ, KF_DIAG_ONE=str(one)), timeout=300)
+        recs.append(json.loads(one.read_text()) if one.exists()
+                    else {"workload": name, "error": "the child process wrote no record"})
         (OUT / "diag_package.json").write_text(json.dumps(recs, indent=1))
     for r in recs:
         print(f"\n== {r['workload']}: bf16 model (cuBLAS) {r.get('cublas_bf16_model_ms', 0):.4f} ms, "
