@@ -148,7 +148,10 @@ def run_workload(pkg_root: Path, name: str) -> dict:
     src_path = pkg / entry["source"]
     src = src_path.read_text()
     sd = model.state_dict()
-    weights = [sd[k].contiguous() for k in ("fc.weight", "fc.bias") if k in sd]
+    plan = json.loads((pkg / "linked_plan.json").read_text())
+    names = {i["name"]: i["weight"] for i in plan["inputs"]}
+    # the launch takes the plan step's operands in their order (not the model inputs')
+    operands = [names[o] for o in plan["steps"][0]["operands"]]
     rec["variants"] = {}
     base_out = None
     tmp = Path(tempfile.mkdtemp())
@@ -158,8 +161,8 @@ def run_workload(pkg_root: Path, name: str) -> dict:
             p = tmp / f"{name}_{vname}.py"
             p.write_text(vsrc)
             mod = load_module(p, f"kv_{name}_{vname}")
-            args = [inputs[0]] + weights
-            prep = mod.prepare_weights({i + 1: w for i, w in enumerate(weights)}) \
+            args = [sd[w].contiguous() if w else inputs[0] for w in operands]
+            prep = mod.prepare_weights({i: a for i, (a, w) in enumerate(zip(args, operands)) if w}) \
                 if hasattr(mod, "prepare_weights") else {}
             args = [prep.get(i, a) for i, a in enumerate(args)]
             with torch.no_grad():

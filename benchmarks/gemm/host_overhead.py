@@ -45,9 +45,12 @@ def main() -> None:
         src = path.read_text()
         sig = re.search(r"\ndef launch\(([^)]*)\)", src).group(1).split(", ")
         plan = json.loads((pkg / "linked_plan.json").read_text())
-        shapes = [i["shape"] for i in plan["inputs"]]
-        args = [torch.randn(s, device="cuda") for s in shapes]
-        weights = {i: a for i, a in enumerate(args) if plan["inputs"][i]["weight"]}
+        # the launch takes the plan step's operands in their order (not the inputs')
+        by_name = {i["name"]: (torch.randn(i["shape"], device="cuda"), i["weight"])
+                   for i in plan["inputs"]}
+        operands = [by_name[o] for o in plan["steps"][0]["operands"]]
+        args = [t for t, _ in operands]
+        weights = {i: t for i, (t, w) in enumerate(operands) if w}
         if hasattr(mod, "prepare_weights"):
             weights = mod.prepare_weights(weights)
         args = [weights.get(i, a) for i, a in enumerate(args)]
