@@ -5,7 +5,8 @@
 For each package (benchmarks/build_packages.sh output, one region), its kernel module's
 `launch` is called N times without waiting for the GPU and the host time per call is taken
 (perf_counter; the GPU work of N calls is far longer, so the queue never blocks for N=100);
-then the same for its pieces: the output and scratch allocations, `triton.set_allocator`, and
+then through kforge.fastlaunch (the runtime's path), checked equal to it; then the same
+for its pieces: the output and scratch allocations, `triton.set_allocator`, and
 each Triton launch alone (the arguments of the last real call). Prints and writes
 $OUT/host_overhead.json.
 """
@@ -55,6 +56,11 @@ def main() -> None:
             weights = mod.prepare_weights(weights)
         args = [weights.get(i, a) for i, a in enumerate(args)]
         rec = {"args": len(sig), "launch_us": per_call_us(lambda: mod.launch(*args))}
+        from kforge import fastlaunch
+        fast = fastlaunch.fast_module(mod)
+        rec["fast_launch_us"] = per_call_us(lambda: fast.launch(*args))
+        out_a, out_b = mod.launch(*args), fast.launch(*args)
+        rec["fast_equal"] = all(torch.equal(a, b) for a, b in zip(out_a, out_b))
         rec["empty_us"] = per_call_us(lambda: torch.empty((4096, 4096), device="cuda"))
         import triton
         rec["set_allocator_us"] = per_call_us(lambda: triton.set_allocator(

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from kforge import fastlaunch
 from kforge.errors import UserError
 from kforge.modelfile import load_model_file
 from kforge.package import Package, open_package
@@ -124,6 +125,8 @@ class CompiledModel:
                     continue
                 spec = package.specs[h]
                 module = load_kernel_module(package.root / entry["source"], target)
+                if self.device.type == "cuda" and fastlaunch.enabled():
+                    module = fastlaunch.fast_module(module)     # repeated launches, less Python
                 widx = [i for i, a in enumerate(spec.args) if a.weight]
                 self.kernels[h] = PreparedKernel(module, widx)
 
