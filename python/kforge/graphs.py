@@ -21,16 +21,16 @@ the warm-up runs) is captured on copies again, as before.
 
 A graph pays only where launches cost more than the copies it needs. Right after a capture the
 replay (with its input and output copies) and the plan run step by step are each timed on the
-device as calls issued back to back (CUDA events around BACK_TO_BACK calls, the faster of
-TIMING_RUNS such runs, per call): a plan whose Python is shorter than its GPU work then costs
-its GPU work, as it does when a caller issues calls without waiting for each, and one whose
-launches outlast the GPU work costs its Python. When step by step is not slower, that
-signature runs step by step from then on and the graph is dropped. (Timing one call from an
-idle GPU instead counted the plan's launch time in full: a bf16 GEMM package with a 64 MiB
-output kept its graph at 0.272 ms a call where step by step ran 0.240 ms, H200 2026-12-04.) A region that streams a
-1 GB activation (a row softmax: 0.27 ms of kernel) took 0.78 ms replayed, with 0.5 ms of
-copies, on the H200 (2026-12-04); a decode step's 200 launches ran 6 ms step by step, 1.2 ms
-replayed.
+device as calls issued back to back (CUDA events around BACK_TO_BACK calls issued after one
+that fills the queue; the faster of TIMING_RUNS such runs, per call): a plan whose Python is
+shorter than its GPU work then costs its GPU work, as it does when a caller issues calls
+without waiting for each, and one whose launches outlast the GPU work costs its Python. When
+step by step is not slower, that signature runs step by step from then on and the graph is
+dropped. (Timing one call from an idle GPU instead counted the plan's launch time in full: a
+bf16 GEMM package with a 64 MiB output kept its graph at 0.272 ms a call where step by step ran
+0.240 ms, H200 2026-12-04.) A region that streams a 1 GB activation (a row softmax: 0.27 ms of
+kernel) took 0.78 ms replayed, with 0.5 ms of copies, on the H200 (2026-12-04); a decode step's
+200 launches ran 6 ms step by step, 1.2 ms replayed.
 
 A plan that cannot be captured (a fallback op that synchronizes, like a boolean-mask index or
 `nonzero`) runs as before; the reason is kept in `PlanGraphs.skipped` and said once as a warning
@@ -178,10 +178,13 @@ class PlanGraphs:
 
         def best(run) -> float:
             # per call, calls issued back to back: the GPU waits for the Python only where
-            # the Python is the longer of the two
+            # the Python is the longer of the two. One call is issued before the start event,
+            # so that the GPU is already busy when the timed calls are issued (the first
+            # call's Python, with nothing queued, would count in full otherwise)
             times = []
             for _ in range(TIMING_RUNS):
                 start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                run()
                 start.record(stream)
                 for _ in range(BACK_TO_BACK):
                     run()
