@@ -90,6 +90,12 @@ class PlanGraphs:
         self.skipped.clear()
         self.slower.clear()
 
+    def run_as(self) -> dict:
+        """How the signatures seen so far run: replayed graphs, and the reasons others run step
+        by step (timed as no faster, or not capturable)."""
+        return {"graphs": len(self.captured), "step_by_step": sorted(set(self.slower.values())),
+                "not_capturable": sorted(set(self.skipped.values()))}
+
     def borrowed(self, t: torch.Tensor) -> bool:
         return self.borrow and _large(t)
 

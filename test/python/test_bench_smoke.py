@@ -147,6 +147,7 @@ def test_kforge_package_verified_and_timed(smoke_run):
         assert k["allclose"] is True
         assert r["speedup_matched"] == r["speedup"]      # strict's matched routes are fp32
         assert k["info"]["regions_total"] >= 1          # it went through the package runtime
+        assert k["info"]["run_as"] == {"graphs": None}  # how it ran: no CUDA graphs on the CPU
         # where its time went, step by step: every region on a kernel here
         where = k["info"]["where"]
         assert where["ops"]["kernel"] >= 1 and where["kernel_flop_fraction"] == 1.0, where

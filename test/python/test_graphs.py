@@ -102,6 +102,7 @@ def test_a_plan_whose_copies_cost_more_than_its_launches_runs_step_by_step():
     torch.testing.assert_close(out, big * 2.0)
     assert not graphs.captured and len(graphs.slower) == 1
     assert "step by step is as fast" in next(iter(graphs.slower.values()))
+    assert graphs.run_as()["graphs"] == 0 and graphs.run_as()["step_by_step"]
     other = torch.randn(64 << 20, device="cuda")
     (out,) = graphs([other])
     torch.testing.assert_close(out, other * 2.0)
@@ -141,3 +142,4 @@ def test_a_plan_of_many_small_launches_is_replayed():
     (out,) = graphs([small])
     torch.testing.assert_close(out, chain([small])[0])
     assert len(graphs.captured) == 1 and not graphs.slower
+    assert graphs.run_as() == {"graphs": 1, "step_by_step": [], "not_capturable": []}

@@ -575,6 +575,7 @@ class Runner:
                 if chk.rows:
                     kr.info["rows_outside"] = [chk.rows_outside, chk.rows]
             kr.timing = self._time(c.fn, inputs)
+            kr.info["run_as"] = _run_as(c.fn)
         except Exception as exc:
             kr.status, kr.reason = "failed", f"{type(exc).__name__}: {exc}"[:500]
             return pr
@@ -584,6 +585,16 @@ class Runner:
         if kernels is not None and regions is not None:
             kr.info["where"] = _where(c.fn, inputs)
         return pr
+
+
+def _run_as(compiled) -> dict:
+    """How the timed package ran: CUDA-graph replays, or step by step and why (kforge.graphs
+    decides per input signature); {"graphs": None} where the runtime has no graphs (not CUDA,
+    or KFORGE_CUDA_GRAPHS=0)."""
+    graphs = getattr(compiled, "graphs", None)
+    if graphs is None or not hasattr(graphs, "run_as"):
+        return {"graphs": None}
+    return graphs.run_as()
 
 
 def _where(compiled, inputs) -> dict:
