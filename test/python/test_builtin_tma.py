@@ -115,7 +115,7 @@ def test_tma_is_offered_only_where_it_fits_and_not_when_turned_off(monkeypatch, 
     # no TMA before Hopper
     assert not any("TMA" in c for c in config_space(spec("matmul_bias_relu"), "cuda:sm_80",
                                                      "bf16"))
-    for policy in ("strict", "tf32"):
+    for policy in ("strict", "tf32"):       # 8 rows: decode-shaped, the pointer kernel's tiles
         assert not any("TMA" in c for c in config_space(spec("matmul_bias_relu"), "cuda", policy))
     assert all(c.config.get("input_precision") is None for c in _tma(spec("matmul_bias_relu"),
                                                                      "cuda"))
@@ -143,4 +143,55 @@ def test_tma_kernel_compiles_to_wgmma_for_sm90(name, scheme, monkeypatch, tmp_pa
         assert all(r.spill_stores == 0 for r in gemm), [(r.name, r.spill_stores) for r in gemm]
         # within the H200's shared memory (the target's limit)
         limit = get_target("cuda").arch_info.shared_bytes
+        assert all(r.shared_bytes <= limit for r in gemm), [r.shared_bytes for r in gemm]
+
+
+def test_fp16x3_tma_is_offered_under_strict_only_when_asked(monkeypatch, tmp_path):
+    """fp16x3 on the TMA kernel has not been timed on a GPU: by default strict keeps the
+    pointer kernel; KFORGE_BUILTIN_TMA=1 puts the TMA tiles first for the fp16x3 scheme, not
+    where a row reduction is fused over the tile (its second accumulator)."""
+    big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=2048)
+    monkeypatch.delenv("KFORGE_BUILTIN_TMA", raising=False)
+    assert not any(c.get("TMA") for c in config_space(big, "cuda", "strict"))
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    space = config_space(big, "cuda", "strict")
+    assert space[0].get("TMA") and space[0]["input_precision"] == "fp16x3", space[0]
+    assert (space[0]["BLOCK_M"], space[0]["BLOCK_N"], space[0]["num_warps"]) == (128, 128, 8)
+    fused = _big_spec(tmp_path / "rows", "linear_gelu_layer_norm_softmax", M=1024, K=512, N=12)
+    assert not any(c.get("TMA") for c in config_space(fused, "cuda", "strict"))
+
+
+def test_fp16x3_tma_candidate_matches_the_reference(monkeypatch, tmp_path):
+    """Both planes of A (rows M..2M-1 of its descriptor) and of the weight, three products a K
+    step, under strict's tolerance; ragged M, N and K edges over 3 x 3 tiles of 16."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = spec("matmul_bias_relu")
+    cands = [c for c in candidates(s, "cpu", "strict") if c.config.get("TMA")]
+    assert cands and all(c.config["input_precision"] == "fp16x3" for c in cands)
+    for cand in cands:
+        assert "a_lo = a_desc.load(" in cand.source and "w_lo = w_desc.load(" in cand.source
+        assert "_split_a(" in cand.source and "_cast_a(" not in cand.source
+        assert not static_check(cand.source), static_check(cand.source)
+        check(cand, s, "strict", tmp_path)
+    edge = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=44)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
+              "num_warps": 4, "num_stages": 1, "TMA": True, "input_precision": "fp16x3"}
+    check(candidates(edge, "cpu", "strict", [config])[0], edge, "strict", tmp_path)
+
+
+def test_fp16x3_tma_kernel_compiles_to_wgmma_for_sm90(monkeypatch, tmp_path):
+    """Its two tiles for sm_90: wgmma, no spills, within the H200's shared memory (four tiles
+    of 16 KiB a stage: 3 stages at BLOCK_K 64, 4 at 32)."""
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    xc = pytest.importorskip("kforge.crosscompile")
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=512)
+    cands = [c for c in candidates(s, "cuda", "strict") if c.config.get("TMA")]
+    assert len(cands) == 2
+    limit = get_target("cuda").arch_info.shared_bytes
+    for cand in cands:
+        reports = xc.compile_candidate(cand.source, s, 90, name="t")
+        assert reports and all(r.ok for r in reports), [r.error for r in reports]
+        gemm = [r for r in reports if r.name.endswith("_gemm")]
+        assert gemm and all(r.mma == "wgmma" and r.spill_stores == 0 for r in gemm)
         assert all(r.shared_bytes <= limit for r in gemm), [r.shared_bytes for r in gemm]

@@ -46,8 +46,9 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
         schemes = gemm_input_precisions(spec, target, precision, shape)
         for p in schemes:
             configs = stage_configs(spec, target, precision, shape, p)
-            if precision == "bf16" and p in (None, FP16X1):
-                # the persistent TMA kernel's tiles first, where it is wanted and fits
+            if (precision == "bf16" and p in (None, FP16X1)) or p == FP16X3:
+                # the persistent TMA kernel's tiles first, where it is wanted and fits (fp16x3:
+                # only with KFORGE_BUILTIN_TMA=1)
                 configs = tma_configs(spec, target, precision, shape, p) + configs
             for c in configs:
                 if _accuracy_fallback(precision, p, schemes):

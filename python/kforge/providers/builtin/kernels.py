@@ -879,6 +879,11 @@ def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, til
 # pass) 1.17-1.20x faster on the four largest, even at 4096^3 and 512 x 8192^2, slower where
 # few tiles fill the SMs (256 x 4096^2: 0.050 vs 0.037) and with a fused row reduction over
 # N = 128 (0.106 vs 0.064: the cast pass is most of the time).
+#
+# fp16x3 (the strict policy's scheme, and tf32's where fp16x3 is offered) on the same kernel: A's
+# hi and lo planes from the split pass and the weight's from prepare_weights, four tiles a K
+# step, the three products into a fresh `part` as the pointer kernel does. Not timed on a GPU
+# yet: offered only with KFORGE_BUILTIN_TMA=1 (first for its scheme then), never by default.
 TMA_ENV = "KFORGE_BUILTIN_TMA"
 TMA_DEFAULT = True
 
@@ -896,15 +901,21 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
                  scheme: str | None = None) -> bool:
     """Whether the persistent TMA kernel fits this GEMM stage under the bf16 policy with bf16
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
-    plane from prepare_weights, the power-of-two scales undone on the tile): a 2-D
+    plane from prepare_weights, the power-of-two scales undone on the tile), or under strict
+    and tf32 with fp16x3 (both planes of each): a 2-D
     product (no batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to
     bf16 or split to its fp16 plane once by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned bf16 rows),
     an fp32 product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
     cast to a bf16 [M, K] copy by a pass; the output is stored with masked tl.store, so N needs
     no alignment."""
-    if precision != "bf16" or stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
+    if stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
         return False
-    if scheme not in (None, FP16X1) or (scheme == FP16X1 and not fp16x3_eligible(spec, stage)):
+    if precision == "bf16":
+        if scheme not in (None, FP16X1):
+            return False
+    elif precision not in ("strict", "tf32") or scheme != FP16X3:
+        return False
+    if scheme in FP16_SCHEMES and not fp16x3_eligible(spec, stage):
         return False
     if target.name == "cuda" and target.sm < 90:        # TMA is Hopper's
         return False
@@ -917,6 +928,9 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
         return False
     if any(math.prod(t.shape) >= WIDE_OFFSETS for t in (*spec.args, *spec.values)):
         return False
+    M = con.extent(con.m)
+    if scheme == FP16X3 and 2 * max(M, N) * K + N >= WIDE_OFFSETS:
+        return False            # both planes (and the exponents after them) in int32 offsets
     weight = _weight_source(spec, op.operands[con.b])
     if weight is None or tuple(spec.tensor(weight).shape) != (N, K):
         return False
@@ -956,6 +970,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
         return []
     con = stage.contraction
+    if scheme == FP16X3:
+        return _fp16x3_tma_configs(spec, target, precision, stage)
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
             stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
             < target.compute_units):
@@ -988,6 +1004,24 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
             seen.add(key)
             out.append(c)
     return out[:2]
+
+
+def _fp16x3_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape) -> list:
+    """fp16x3 on the TMA kernel: only with KFORGE_BUILTIN_TMA=1 (not timed on a GPU yet), and
+    not where a row reduction is fused over the tile (its `part` accumulator doubles the
+    registers). 128 x 128 x 64 tiles, 8 warps (acc and part: 128 values a thread), 3 stages of
+    four 16 KiB tiles; then BLOCK_K 32 with 4 stages. The interpreter: the target's first tile."""
+    if os.environ.get(TMA_ENV) != "1":
+        return []
+    problem = dict(problem_of(spec, stage), precision=precision)
+    if stage.reductions and problem.get("full_rows"):
+        return []
+    if target.interpreter:
+        tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
+                 if c.get("SPLIT_K", 1) == 1][:1]
+    else:
+        tiles = [_cfg_tile(128, 128, 64, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
+    return [dict(c, TMA=True) for c in tiles]
 
 
 def _cfg_tile(bm, bn, bk, warps, stages, group_m) -> dict:
@@ -1050,19 +1084,23 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     scheme = config.get("input_precision")
     if not tma_eligible(spec, target, b.precision, shape, scheme) \
             or config.get("SPLIT_K", 1) > 1:
-        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16 or fp16x1 products of "
-                             "a K-major weight with K % 8 == 0, without split-K")
+        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16, fp16x1 or fp16x3 "
+                             "products of a K-major weight with K % 8 == 0, without split-K")
     weight = _weight_source(spec, op.operands[con.b])
-    a16 = f"{op.results[0]}_a16"        # bf16: the cast pass's copy; fp16x1: the split's plane
+    # bf16: the cast pass's copy; fp16x1 / fp16x3: the split's planes ([hi, lo]: rows M..2M-1
+    # of the descriptor hold lo; a hi tile past M reads lo rows into output rows past M, which
+    # are not stored)
+    a16 = f"{op.results[0]}_a16"
+    planes = 2 if scheme == FP16X3 else 1
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
              "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", "BLOCK_N"))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
     em = b.emitter(kvars, columns)
     em.loads.setdefault(a16, set()).add("dot")
     em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
-    if scheme == FP16X1:
+    if scheme in FP16_SCHEMES:
         em.loads.setdefault(f"{op.results[0]}_as", set()).add("other")
-        b.fp16_weights[weight] = ((0,), 1)              # [hi plane, column exponents]
+        b.fp16_weights[weight] = ((0,), planes)         # [hi (, lo) plane, column exponents]
     top = Scope(None)
     tiles = -(-M // BM) * -(-N // BN)
     programs = max(1, min(tiles, target.compute_units))
@@ -1070,10 +1108,10 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     top.emit(f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M")
     top.emit(f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N")
     top.emit("group = GROUP_M * num_pid_n")
-    top.emit(f"a_desc = tl.make_tensor_descriptor({em.pointers[a16]}, shape=[{M}, {K}], "
-             f"strides=[{K}, 1], block_shape=[BLOCK_M, BLOCK_K])")
-    top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{N}, {K}], "
-             f"strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])")
+    top.emit(f"a_desc = tl.make_tensor_descriptor({em.pointers[a16]}, shape=[{planes * M}, "
+             f"{K}], strides=[{K}, 1], block_shape=[BLOCK_M, BLOCK_K])")
+    top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{planes * N}, "
+             f"{K}], strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])")
     # only the K loop is pipelined: the tile loop flattened with it (tma2's FLATTEN), or
     # pipelined itself where K is one step, takes a tile-sized buffer more with this tl.store
     # epilogue (sm_90 cross-compile, 128x256x64, 3 stages: 278552 bytes of shared memory
@@ -1089,19 +1127,36 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
     tile.emit("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
-    loop.emit("a = a_desc.load([pid_m * BLOCK_M, k0])  # zero past M and K")
-    loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] tile, zero past N, K")
-    if target.bf16_dot_ok:
-        loop.emit(f"acc = tl.dot(a, w.T, acc)  # {op.name}")
-    else:               # the interpreter: 16-bit values, fp32 products
-        loop.emit(f"acc = tl.dot(a.to(tl.float32), w.T.to(tl.float32), acc)  # {op.name}")
+    if scheme == FP16X3:
+        loop.emit("a_hi = a_desc.load([pid_m * BLOCK_M, k0])  # A's hi plane, zero past K")
+        loop.emit(f"a_lo = a_desc.load([{M} + pid_m * BLOCK_M, k0])  # its lo plane")
+        loop.emit(f"w_hi = w_desc.load([pid_n * BLOCK_N, k0]).T  # {weight}'s hi plane [N, K]")
+        loop.emit(f"w_lo = w_desc.load([{N} + pid_n * BLOCK_N, k0]).T  # its lo plane")
+        if target.interpreter:          # fp16 values, fp32 products
+            for v in ("a_hi", "a_lo", "w_hi", "w_lo"):
+                loop.emit(f"{v} = {v}.to(tl.float32)")
+        opts = ', input_precision="ieee"' if target.interpreter else ""
+        # the three products into a fresh `part`, added to acc in exact fp32 (as the pointer
+        # kernel's fp16x3 step: chaining all of K in the tensor core's accumulator truncates)
+        loop.emit(f"part = tl.dot(a_lo, w_hi{opts})")
+        loop.emit(f"part = tl.dot(a_hi, w_lo, part{opts})")
+        loop.emit(f"part = tl.dot(a_hi, w_hi, part{opts})")
+        loop.emit(f"acc += part  # {op.name}")
+    else:
+        loop.emit("a = a_desc.load([pid_m * BLOCK_M, k0])  # zero past M and K")
+        loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] tile, zero past "
+                  "N, K")
+        if target.bf16_dot_ok:
+            loop.emit(f"acc = tl.dot(a, w.T, acc)  # {op.name}")
+        else:               # the interpreter: 16-bit values, fp32 products
+            loop.emit(f"acc = tl.dot(a.to(tl.float32), w.T.to(tl.float32), acc)  # {op.name}")
     loop.close()
-    if scheme == FP16X1:
+    if scheme in FP16_SCHEMES:
         tile.emit("# undo the power-of-two operand scales (exact): A's row scales, the "
                   "weight's column exponents (stored after its plane)")
         tile.emit(f"s_a = tl.load({em.pointers[f'{op.results[0]}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")"))
-        tile.emit(f"e_b = tl.load({em.pointers[weight]} + {N * K} + rn"
+        tile.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
                   + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
         tile.emit("acc = acc * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
@@ -1116,7 +1171,7 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
              f"({programs},)", config["num_warps"], config.get("num_stages"),
              options=target.launch_options(config),
              comment=f"{op.name} M={M} N={N} K={K}; persistent, operands by TMA "
-             f"({'fp16x1' if scheme else 'bf16'})"
+             f"({scheme or 'bf16'})"
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
 
 
@@ -1371,7 +1426,7 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         for side in sides:
             build_split_pass(b, stage, side, f"{vc}_{side}16", f"{vc}_{side}s",
                              f"{stem}_split_{side}", lo=scheme == FP16X3)
-    if config.get("TMA") and config.get("input_precision") != FP16X1:
+    if config.get("TMA") and config.get("input_precision") not in FP16_SCHEMES:
         # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read (fp16x1 reads the
         # split pass's fp16 plane)
         a16 = f"{vc}_a16"
