@@ -18,7 +18,12 @@ Timing: CUDA events around one `launch` (its passes and allocations included), t
 user takes with a bf16 model (bf16 x, W, b already cast: `relu(F.linear)`), and the same with x
 cast per call from fp32 (what an fp32 activation costs that route).
 
-Env: KF_SHAPES ("M,N,K;..."; defaults below), KF_BUDGET_S (default 240). Writes
+KF_POLICY=strict times the strict policy's fp16x3 instead: the pointer kernel's first
+configuration against the TMA kernel's two (fp16x3 on the TMA kernel is offered only with
+KFORGE_BUILTIN_TMA=1, which this script sets), each checked under strict's 1e-4 rule, against
+PyTorch's fp32 Linear (TF32 off) and the bf16 model's.
+
+Env: KF_SHAPES ("M,N,K;..."; defaults below), KF_BUDGET_S (default 240), KF_POLICY. Writes
 $OUT/builtin_gemm.json (or ./builtin_gemm.json) and prints a table.
 """
 import json
@@ -45,6 +50,9 @@ from kforge.providers.builtin import candidates, config_space  # noqa: E402
 from kforge.spec import load_spec  # noqa: E402
 
 BUDGET = float(os.environ.get("KF_BUDGET_S", "240"))
+POLICY = os.environ.get("KF_POLICY", "bf16")
+SCHEMES = ("fp16x3",) if POLICY == "strict" else ("bf16", "fp16x1")
+TOL = 1e-4 if POLICY == "strict" else 1e-2
 OUT = Path(os.environ.get("OUT", "."))
 SHAPES = [("matmul_bias_relu", 8192, 8192, 8192), ("matmul_bias_relu", 4096, 4096, 4096),
           ("matmul_bias_relu", 16384, 4096, 4096), ("matmul_bias_relu", 4096, 14336, 4096),
@@ -80,7 +88,7 @@ def timed(fn, reps=30, warm=5):
 def tol_ratio(out, ref):
     out, ref = out.double(), ref.double()
     rms = ref.pow(2).mean().sqrt().item()
-    bound = 1e-2 * max(1.0, rms) + 1e-2 * ref.abs()
+    bound = TOL * max(1.0, rms) + TOL * ref.abs()
     return ((out - ref).abs() / bound).max().item()
 
 
@@ -98,9 +106,9 @@ def make_spec(builder, M, N, K, tmp):
 def variants(spec):
     """(label, config): the first config of each (kernel, scheme), the TMA kernel's second."""
     out, seen = [], {}
-    for c in config_space(spec, "cuda", "bf16"):
+    for c in config_space(spec, "cuda", POLICY):
         key = ("tma" if c.get("TMA") else "ptr", c.get("input_precision") or "bf16")
-        if key[1] not in ("bf16", "fp16x1"):
+        if key[1] not in SCHEMES:
             continue
         seen[key] = seen.get(key, 0) + 1
         if seen[key] <= (2 if key[0] == "tma" else 1):
@@ -150,6 +158,9 @@ def main():
             row["cublas_bf16_model_ms"] = timed(lambda: torch.relu(F.linear(xb, wb, bb)))
             row["cublas_cast_x_ms"] = timed(
                 lambda: torch.relu(F.linear(args[0].to(torch.bfloat16), wb, bb)))
+            if POLICY == "strict":
+                torch.backends.cuda.matmul.allow_tf32 = False
+                row["cublas_fp32_ms"] = timed(lambda: torch.relu(F.linear(*args[:3])))
         else:
             row["cublas_bf16_mm_ms"] = timed(lambda: xb @ wb.T)
         for label, config in variants(spec):
@@ -157,7 +168,7 @@ def main():
                 break
             v = {"config": config}
             try:
-                cand = candidates(spec, "cuda", "bf16", [config])[0]
+                cand = candidates(spec, "cuda", POLICY, [config])[0]
                 path = Path(tmp) / f"c_{builder}_{M}_{N}_{K}_{label.replace('-', '_')}.py"
                 path.write_text(cand.source)
                 import importlib.util
@@ -190,12 +201,13 @@ def main():
            "date": time.strftime("%Y-%m-%d"), "rows": rows}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "builtin_gemm.json").write_text(json.dumps(out, indent=1))
-    print("\n| region | M,N,K | cuBLAS bf16 model ms | " + " | ".join(
-        ["ptr-bf16", "ptr-fp16x1", "tma-bf16", "tma-fp16x1"]) + " |")
+    kinds = [f"{k}-{sc}" for k in ("ptr", "tma") for sc in SCHEMES]
+    yardstick = "cublas_fp32_ms" if POLICY == "strict" else "cublas_bf16_model_ms"
+    print(f"\n| region | M,N,K | {yardstick} | " + " | ".join(kinds) + " |")
     for r in rows:
-        base = r.get("cublas_bf16_model_ms") or r.get("cublas_bf16_mm_ms")
+        base = r.get(yardstick) or r.get("cublas_bf16_mm_ms")
         cells = []
-        for k in ("ptr-bf16", "ptr-fp16x1", "tma-bf16", "tma-fp16x1"):
+        for k in kinds:
             vs = [v for lab, v in r["variants"].items() if lab.startswith(k) and "ms" in v]
             best = min(vs, key=lambda v: v["ms"]) if vs else None
             cells.append(f"{best['ms']:.4f} (x{base / best['ms']:.2f}, tol {best['tol_ratio']})"
