@@ -30,6 +30,11 @@ import types
 import torch
 
 
+# compiled kernels kept per jit function (distinct keys: an int argument that changes every
+# call would otherwise grow the table without end; past this, new keys take Triton's path)
+MAX_KEYS = 64
+
+
 def enabled() -> bool:
     return os.environ.get("KFORGE_FAST_LAUNCH", "1") != "0"
 
@@ -94,7 +99,7 @@ class FastKernel:
         kernel = self.fn[grid](*args, **kwargs)      # compiles if need be, and launches
         signature = getattr(getattr(kernel, "src", None), "signature", None)
         if hasattr(kernel, "__getitem__") and signature is not None \
-                and len(signature) == len(self.params):
+                and len(signature) == len(self.params) and len(self.compiled) < MAX_KEYS:
             g = tuple(grid) + (1,) * (3 - len(grid))
             try:
                 self._values(args, kwargs)
