@@ -12,8 +12,9 @@ of the module) a namespace in which each `@triton.jit` function is a `FastKernel
 launch for a launch site's key goes through Triton as before and keeps the `CompiledKernel` that
 Triton returns; later launches with the same key call that compiled kernel's runner directly.
 The key is what Triton specializes on for the arguments KForge's kernels pass: each tensor's
-dtype, device and whether its address is 16-byte aligned, each int's value, each other scalar's type,
-and the keyword arguments (constexprs, num_warps, num_stages) with the grid. Anything else (a
+dtype, device and whether its address is 16-byte aligned, each int's value, each other
+scalar's type, and the keyword arguments (constexprs, num_warps, num_stages) with the grid.
+Anything else (a
 grid function, an argument of another kind, a Triton whose compiled kernel does not show the
 expected signature) takes Triton's path every time.
 

@@ -24,14 +24,14 @@ replay (with its input and output copies) and the plan run step by step are each
 device as calls issued back to back (CUDA events around BACK_TO_BACK calls issued after one
 that fills the queue; the faster of TIMING_RUNS such runs, per call): a plan whose Python is
 shorter than its GPU work then costs its GPU work, as it does when a caller issues calls
-without waiting for each, and one whose launches outlast the GPU work costs its Python. When
-step by step is not slower, that signature runs step by step from then on and the graph is
-dropped; so is a replay less than GRAPH_MARGIN faster, a tie that noise would decide from
-one run to the next. (Timing one call from an idle GPU instead counted the plan's launch time in full: a
-bf16 GEMM package with a 64 MiB output kept its graph at 0.272 ms a call where step by step ran
-0.240 ms, H200 2026-12-04.) A region that streams a 1 GB activation (a row softmax: 0.27 ms of
-kernel) took 0.78 ms replayed, with 0.5 ms of copies, on the H200 (2026-12-04); a decode step's
-200 launches ran 6 ms step by step, 1.2 ms replayed.
+without waiting for each, and one whose launches outlast the GPU work costs its Python. Unless
+the replay is more than GRAPH_MARGIN faster (within it, noise would decide from one run to the
+next), that signature runs step by step from then on and the graph is dropped. Timing one
+call from an idle GPU instead counted the plan's launch time in full: a bf16 GEMM package with
+a 64 MiB output kept its graph at 0.272 ms a call where step by step ran 0.240 ms (H200,
+2026-12-04). A region that streams a 1 GB activation (a row softmax: 0.27 ms of kernel) took
+0.78 ms replayed, with 0.5 ms of copies; a decode step's 200 launches ran 6 ms step by step,
+1.2 ms replayed (H200, 2026-12-04).
 
 A plan that cannot be captured (a fallback op that synchronizes, like a boolean-mask index or
 `nonzero`) runs as before; the reason is kept in `PlanGraphs.skipped` and said once as a warning
@@ -234,4 +234,5 @@ def _describe(step) -> str:
     return f"{type(step).__name__} {name} -> {', '.join(getattr(step, 'results', ()))}"
 
 
-__all__ = ["ADDRESS_MISSES", "BACK_TO_BACK", "BORROW_BYTES", "GRAPH_MARGIN", "MAX_GRAPHS", "PlanGraphs", "graphs_wanted"]
+__all__ = ["ADDRESS_MISSES", "BACK_TO_BACK", "BORROW_BYTES", "GRAPH_MARGIN", "MAX_GRAPHS",
+           "PlanGraphs", "graphs_wanted"]

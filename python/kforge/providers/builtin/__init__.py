@@ -15,7 +15,7 @@ from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
 from kforge.providers.builtin.attention import attention_source_for, attention_space, is_attention
 from kforge.providers.builtin.moe import is_moe, moe_source_for, moe_space
 from kforge.providers.builtin.emitter import CannotGenerate
-from kforge.providers.builtin.kernels import (FP16X1, FP16X3, RegionShape, analyze_region,
+from kforge.providers.builtin.kernels import (FP16X3, RegionShape, analyze_region,
                                               gemm_input_precisions, generate_source, problem_of,
                                               stage_configs, tma_configs)
 from kforge.targets import get_target
@@ -46,10 +46,9 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
         schemes = gemm_input_precisions(spec, target, precision, shape)
         for p in schemes:
             configs = stage_configs(spec, target, precision, shape, p)
-            if (precision == "bf16" and p in (None, FP16X1)) or p == FP16X3:
-                # the persistent TMA kernel's tiles first, where it is wanted and fits (fp16x3:
-                # only with KFORGE_BUILTIN_TMA=1)
-                configs = tma_configs(spec, target, precision, shape, p) + configs
+            # the persistent TMA kernel's tiles first, where it is wanted and fits the policy's
+            # scheme (kernels.tma_eligible; fp16x3 only with KFORGE_BUILTIN_TMA=1)
+            configs = tma_configs(spec, target, precision, shape, p) + configs
             for c in configs:
                 if _accuracy_fallback(precision, p, schemes):
                     fallback.append(dict(c, input_precision=p))

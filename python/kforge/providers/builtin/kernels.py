@@ -902,10 +902,10 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     """Whether the persistent TMA kernel fits this GEMM stage under the bf16 policy with bf16
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
     plane from prepare_weights, the power-of-two scales undone on the tile), or under strict
-    and tf32 with fp16x3 (both planes of each): a 2-D
-    product (no batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to
-    bf16 or split to its fp16 plane once by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned bf16 rows),
-    an fp32 product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
+    and tf32 with fp16x3 (both planes of each): a 2-D product (no batch) whose B is a weight
+    [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split to its fp16 planes once
+    by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned 16-bit rows), an fp32
+    product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
     cast to a bf16 [M, K] copy by a pass; the output is stored with masked tl.store, so N needs
     no alignment."""
     if stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
