@@ -18,10 +18,11 @@ Timing: CUDA events around one `launch` (its passes and allocations included), t
 user takes with a bf16 model (bf16 x, W, b already cast: `relu(F.linear)`), and the same with x
 cast per call from fp32 (what an fp32 activation costs that route).
 
-KF_POLICY=strict times the strict policy's fp16x3 instead: the pointer kernel's first
-configuration against the TMA kernel's two (fp16x3 on the TMA kernel is offered only with
-KFORGE_BUILTIN_TMA=1, which this script sets), each checked under strict's 1e-4 rule, against
-PyTorch's fp32 Linear (TF32 off) and the bf16 model's.
+KF_POLICY=strict times the strict policy's fp16x3 instead, KF_POLICY=tf32 the tf32 policy's
+tf32: the pointer kernel's first configuration against the TMA kernel's two (offered under
+these policies only with KFORGE_BUILTIN_TMA=1, which this script sets), each checked under the
+policy's rule (1e-4, 1e-2), against PyTorch's fp32 Linear (TF32 off for strict, on for tf32)
+and the bf16 model's.
 
 Env: KF_SHAPES ("M,N,K;..."; defaults below), KF_BUDGET_S (default 240), KF_POLICY. Writes
 $OUT/builtin_gemm.json (or ./builtin_gemm.json) and prints a table.
@@ -51,7 +52,7 @@ from kforge.spec import load_spec  # noqa: E402
 
 BUDGET = float(os.environ.get("KF_BUDGET_S", "240"))
 POLICY = os.environ.get("KF_POLICY", "bf16")
-SCHEMES = ("fp16x3",) if POLICY == "strict" else ("bf16", "fp16x1")
+SCHEMES = {"strict": ("fp16x3",), "tf32": ("tf32",)}.get(POLICY, ("bf16", "fp16x1"))
 TOL = 1e-4 if POLICY == "strict" else 1e-2
 OUT = Path(os.environ.get("OUT", "."))
 SHAPES = [("matmul_bias_relu", 8192, 8192, 8192), ("matmul_bias_relu", 4096, 4096, 4096),
@@ -158,8 +159,8 @@ def main():
             row["cublas_bf16_model_ms"] = timed(lambda: torch.relu(F.linear(xb, wb, bb)))
             row["cublas_cast_x_ms"] = timed(
                 lambda: torch.relu(F.linear(args[0].to(torch.bfloat16), wb, bb)))
-            if POLICY == "strict":
-                torch.backends.cuda.matmul.allow_tf32 = False
+            if POLICY in ("strict", "tf32"):     # PyTorch's fp32 Linear, TF32 off / on
+                torch.backends.cuda.matmul.allow_tf32 = POLICY == "tf32"
                 row["cublas_fp32_ms"] = timed(lambda: torch.relu(F.linear(*args[:3])))
         else:
             row["cublas_bf16_mm_ms"] = timed(lambda: xb @ wb.T)
@@ -202,7 +203,7 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "builtin_gemm.json").write_text(json.dumps(out, indent=1))
     kinds = [f"{k}-{sc}" for k in ("ptr", "tma") for sc in SCHEMES]
-    yardstick = "cublas_fp32_ms" if POLICY == "strict" else "cublas_bf16_model_ms"
+    yardstick = "cublas_fp32_ms" if POLICY in ("strict", "tf32") else "cublas_bf16_model_ms"
     print(f"\n| region | M,N,K | {yardstick} | " + " | ".join(kinds) + " |")
     for r in rows:
         base = r.get(yardstick) or r.get("cublas_bf16_mm_ms")

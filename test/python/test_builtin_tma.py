@@ -146,47 +146,73 @@ def test_tma_kernel_compiles_to_wgmma_for_sm90(name, scheme, monkeypatch, tmp_pa
         assert all(r.shared_bytes <= limit for r in gemm), [r.shared_bytes for r in gemm]
 
 
-def test_fp16x3_tma_is_offered_under_strict_only_when_asked(monkeypatch, tmp_path):
-    """fp16x3 on the TMA kernel has not been timed on a GPU: by default strict keeps the
-    pointer kernel; KFORGE_BUILTIN_TMA=1 puts the TMA tiles first for the fp16x3 scheme, not
-    where a row reduction is fused over the tile (its second accumulator)."""
+# strict and tf32 on the TMA kernel (fp16x3 planes; tf32: fp32 operands read where they lie),
+# not timed on a GPU yet: offered only with KFORGE_BUILTIN_TMA=1
+POLICY_SCHEMES = [("strict", "fp16x3"), ("tf32", "tf32")]
+
+
+@pytest.mark.parametrize("policy,scheme", POLICY_SCHEMES)
+def test_strict_and_tf32_tma_are_offered_only_when_asked(policy, scheme, monkeypatch, tmp_path):
+    """By default strict and tf32 keep the pointer kernel; KFORGE_BUILTIN_TMA=1 puts the TMA
+    tiles first for the policy's scheme, not where a row reduction is fused over the tile (a
+    second accumulator under fp16x3)."""
     big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=2048)
     monkeypatch.delenv("KFORGE_BUILTIN_TMA", raising=False)
-    assert not any(c.get("TMA") for c in config_space(big, "cuda", "strict"))
+    assert not any(c.get("TMA") for c in config_space(big, "cuda", policy))
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
-    space = config_space(big, "cuda", "strict")
-    assert space[0].get("TMA") and space[0]["input_precision"] == "fp16x3", space[0]
+    space = config_space(big, "cuda", policy)
+    assert space[0].get("TMA") and space[0]["input_precision"] == scheme, space[0]
     assert (space[0]["BLOCK_M"], space[0]["BLOCK_N"], space[0]["num_warps"]) == (128, 128, 8)
     fused = _big_spec(tmp_path / "rows", "linear_gelu_layer_norm_softmax", M=1024, K=512, N=12)
-    assert not any(c.get("TMA") for c in config_space(fused, "cuda", "strict"))
+    assert not any(c.get("TMA") for c in config_space(fused, "cuda", policy))
 
 
-def test_fp16x3_tma_candidate_matches_the_reference(monkeypatch, tmp_path):
-    """Both planes of A (rows M..2M-1 of its descriptor) and of the weight, three products a K
-    step, under strict's tolerance; ragged M, N and K edges over 3 x 3 tiles of 16."""
+def test_tf32_tma_reads_only_an_argument_as_it_lies(monkeypatch):
+    """tf32 on the TMA kernel has no pass: an A computed in the region (a batched product's,
+    an im2col's) keeps the pointer kernel."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    for name in ("bmm_scale_softmax", "conv2d_bias"):
+        assert not any(c.get("TMA") for c in config_space(spec(name), "cpu", "tf32")), name
+    assert config_space(spec("matmul_bias_relu"), "cpu", "tf32")[0].get("TMA")
+
+
+@pytest.mark.parametrize("policy,scheme", POLICY_SCHEMES)
+def test_strict_and_tf32_tma_candidates_match_the_reference(policy, scheme, monkeypatch,
+                                                           tmp_path):
+    """Under the policy's tolerance; fp16x3 reads both planes of A (rows M..2M-1 of its
+    descriptor) and of the weight, tf32 A and the weight as they are (no pass, no prepared
+    weight); ragged M, N and K edges over 3 x 3 tiles of 16."""
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     s = spec("matmul_bias_relu")
-    cands = [c for c in candidates(s, "cpu", "strict") if c.config.get("TMA")]
-    assert cands and all(c.config["input_precision"] == "fp16x3" for c in cands)
+    cands = [c for c in candidates(s, "cpu", policy) if c.config.get("TMA")]
+    assert cands
     for cand in cands:
-        assert "a_lo = a_desc.load(" in cand.source and "w_lo = w_desc.load(" in cand.source
-        assert "_split_a(" in cand.source and "_cast_a(" not in cand.source
+        if cand.config["input_precision"] == "fp16x3":
+            assert "a_lo = a_desc.load(" in cand.source and "w_lo = w_desc.load(" in cand.source
+            assert "_split_a(" in cand.source and "_cast_a(" not in cand.source
+        else:       # the interpreter's tf32 scheme is "ieee"
+            assert "_split_a(" not in cand.source and "_cast_a(" not in cand.source
+            assert "def prepare_weights" not in cand.source
         assert not static_check(cand.source), static_check(cand.source)
-        check(cand, s, "strict", tmp_path)
+        check(cand, s, policy, tmp_path)
     edge = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=44)
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
-              "num_warps": 4, "num_stages": 1, "TMA": True, "input_precision": "fp16x3"}
-    check(candidates(edge, "cpu", "strict", [config])[0], edge, "strict", tmp_path)
+              "num_warps": 4, "num_stages": 1, "TMA": True,
+              "input_precision": scheme if policy == "strict" else "ieee"}
+    check(candidates(edge, "cpu", policy, [config])[0], edge, policy, tmp_path)
 
 
-def test_fp16x3_tma_kernel_compiles_to_wgmma_for_sm90(monkeypatch, tmp_path):
-    """Its two tiles for sm_90: wgmma, no spills, within the H200's shared memory (four tiles
-    of 16 KiB a stage: 3 stages at BLOCK_K 64, 4 at 32)."""
+@pytest.mark.parametrize("policy,scheme", POLICY_SCHEMES)
+def test_strict_and_tf32_tma_kernels_compile_to_wgmma_for_sm90(policy, scheme, monkeypatch,
+                                                              tmp_path):
+    """Their two tiles for sm_90: wgmma, no spills, within the H200's shared memory (fp16x3:
+    four 16 KiB tiles a stage; tf32: fp32 tiles of 32 or 48 KiB a stage)."""
     pytest.importorskip("triton.backends.nvidia.compiler")
     xc = pytest.importorskip("kforge.crosscompile")
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=512)
-    cands = [c for c in candidates(s, "cuda", "strict") if c.config.get("TMA")]
+    cands = [c for c in candidates(s, "cuda", policy)
+             if c.config.get("TMA") and c.config["input_precision"] == scheme]
     assert len(cands) == 2
     limit = get_target("cuda").arch_info.shared_bytes
     for cand in cands:

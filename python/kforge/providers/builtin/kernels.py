@@ -880,6 +880,11 @@ def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, til
 # few tiles fill the SMs (256 x 4096^2: 0.050 vs 0.037) and with a fused row reduction over
 # N = 128 (0.106 vs 0.064: the cast pass is most of the time).
 #
+# tf32 (the tf32 policy's scheme) on the same kernel: A and the weight read by TMA in fp32 as they
+# lie, no pass at all (kernels/gemm.py's persistent tf32 kernel ran 13 % ahead of the pointer
+# kernel's tiles on the H200, NOTES.md run 4). Not timed in the builtin yet: only with
+# KFORGE_BUILTIN_TMA=1.
+#
 # fp16x3 (the strict policy's scheme, and tf32's where fp16x3 is offered) on the same kernel: A's
 # hi and lo planes from the split pass and the weight's from prepare_weights, four tiles a K
 # step, the three products into a fresh `part` as the pointer kernel does. Not timed on a GPU
@@ -910,10 +915,11 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     no alignment."""
     if stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
         return False
+    tf32 = precision == "tf32" and scheme == _tf32_scheme(target)
     if precision == "bf16":
         if scheme not in (None, FP16X1):
             return False
-    elif precision not in ("strict", "tf32") or scheme != FP16X3:
+    elif not tf32 and (precision not in ("strict", "tf32") or scheme != FP16X3):
         return False
     if scheme in FP16_SCHEMES and not fp16x3_eligible(spec, stage):
         return False
@@ -931,10 +937,30 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     M = con.extent(con.m)
     if scheme == FP16X3 and 2 * max(M, N) * K + N >= WIDE_OFFSETS:
         return False            # both planes (and the exponents after them) in int32 offsets
+    if tf32 and not (spec.tensor(op.operands[con.a]).dtype == "f32" and _a_as_it_lies(spec, con)):
+        return False            # tf32 reads A by TMA where it lies: no pass to compute it
     weight = _weight_source(spec, op.operands[con.b])
     if weight is None or tuple(spec.tensor(weight).shape) != (N, K):
         return False
     return _weight_read_index(spec, target, con, weight) == (ix.IVar("rn"), ix.IVar("kb"))
+
+
+def _tf32_scheme(target):
+    """The tf32 policy's own product scheme on this target ("tf32"; the interpreter: "ieee")."""
+    return target.dot_input_precisions("tf32")[0]
+
+
+def _a_as_it_lies(spec: KernelSpec, con: Contraction) -> bool:
+    """A is a region argument [M, K] read as it lies (row m, column k): a descriptor can read
+    it with no pass."""
+    name = con.op.operands[con.a]
+    if spec.producer(name) is not None or not any(a.name == name for a in spec.args):
+        return False
+    results = con.op.indexing_maps[con.a].results
+    return len(con.m) == 1 and len(con.k) == 1 and len(results) == 2 \
+        and all(isinstance(r, AffineDim) for r in results) \
+        and [r.d for r in results] == [con.m[0], con.k[0]] \
+        and tuple(spec.tensor(name).shape) == (con.extent(con.m), con.extent(con.k))
 
 
 def _weight_read_index(spec: KernelSpec, target, con: Contraction, weight: str):
@@ -972,6 +998,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     con = stage.contraction
     if scheme == FP16X3:
         return _fp16x3_tma_configs(spec, target, precision, stage)
+    if precision == "tf32":
+        return _tf32_tma_configs(spec, target, precision, stage)
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
             stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
             < target.compute_units):
@@ -1021,6 +1049,27 @@ def _fp16x3_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionS
                  if c.get("SPLIT_K", 1) == 1][:1]
     else:
         tiles = [_cfg_tile(128, 128, 64, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
+    return [dict(c, TMA=True) for c in tiles]
+
+
+def _tf32_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape) -> list:
+    """tf32 on the TMA kernel: only with KFORGE_BUILTIN_TMA=1 (not timed in the builtin yet),
+    not where a row reduction is fused over the tile. kernels/gemm.py's persistent tf32 tiles
+    (NOTES.md run 4): 256 x 128 x 32, 8 warps, 3 stages where M >= 1024 and N >= 8192, else
+    128 x 128 x 32 with 4 stages first (fp32 tiles: 32-48 KiB a stage). The interpreter: the
+    target's first tile."""
+    if os.environ.get(TMA_ENV) != "1":
+        return []
+    problem = dict(problem_of(spec, stage), precision=precision)
+    if stage.reductions and problem.get("full_rows"):
+        return []
+    if target.interpreter:
+        return [dict(c, TMA=True) for c in target.configs("gemm", problem)
+                if c.get("SPLIT_K", 1) == 1][:1]
+    con = stage.contraction
+    tiles = [_cfg_tile(256, 128, 32, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
+    if not (con.extent(con.m) >= 1024 and con.extent(con.n) >= 8192):
+        tiles.reverse()
     return [dict(c, TMA=True) for c in tiles]
 
 
@@ -1092,6 +1141,9 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     # are not stored)
     a16 = f"{op.results[0]}_a16"
     planes = 2 if scheme == FP16X3 else 1
+    tf32 = b.precision == "tf32" and scheme not in FP16_SCHEMES
+    if tf32:                            # A itself, fp32, where it lies
+        a16 = op.operands[con.a]
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
              "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", "BLOCK_N"))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
@@ -1142,6 +1194,10 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
         loop.emit(f"part = tl.dot(a_hi, w_lo, part{opts})")
         loop.emit(f"part = tl.dot(a_hi, w_hi, part{opts})")
         loop.emit(f"acc += part  # {op.name}")
+    elif tf32:
+        loop.emit("a = a_desc.load([pid_m * BLOCK_M, k0])  # fp32, zero past M and K")
+        loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] fp32 tile")
+        loop.emit(f"acc = tl.dot(a, w.T, acc, input_precision=\"{scheme}\")  # {op.name}")
     else:
         loop.emit("a = a_desc.load([pid_m * BLOCK_M, k0])  # zero past M and K")
         loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] tile, zero past "
@@ -1171,7 +1227,7 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
              f"({programs},)", config["num_warps"], config.get("num_stages"),
              options=target.launch_options(config),
              comment=f"{op.name} M={M} N={N} K={K}; persistent, operands by TMA "
-             f"({scheme or 'bf16'})"
+             f"({scheme or 'bf16'}{', fp32 operands as they lie' if tf32 else ''})"
              + f"; epilogue: {_ops_comment(spec, em)}{fused}")
 
 
@@ -1426,7 +1482,7 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         for side in sides:
             build_split_pass(b, stage, side, f"{vc}_{side}16", f"{vc}_{side}s",
                              f"{stem}_split_{side}", lo=scheme == FP16X3)
-    if config.get("TMA") and config.get("input_precision") not in FP16_SCHEMES:
+    if config.get("TMA") and config.get("input_precision") is None:
         # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read (fp16x1 reads the
         # split pass's fp16 plane)
         a16 = f"{vc}_a16"
