@@ -906,13 +906,14 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
                  scheme: str | None = None) -> bool:
     """Whether the persistent TMA kernel fits this GEMM stage under the bf16 policy with bf16
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
-    plane from prepare_weights, the power-of-two scales undone on the tile), or under strict
-    and tf32 with fp16x3 (both planes of each): a 2-D product (no batch) whose B is a weight
-    [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split to its fp16 planes once
-    by prepare_weights), K a multiple of 8 (TMA wants 16-byte aligned 16-bit rows), an fp32
-    product and int32 offsets throughout, on sm_90 or later (or the interpreter). A is
-    cast to a bf16 [M, K] copy by a pass; the output is stored with masked tl.store, so N needs
-    no alignment."""
+    plane from prepare_weights, the power-of-two scales undone on the tile), under strict and
+    tf32 with fp16x3 (both planes of each), or under tf32 with its own scheme (A, an argument
+    read as it lies, and the weight both in fp32, no pass): a 2-D product (no batch) whose B is
+    a weight [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split to its fp16
+    planes once by prepare_weights), K a multiple of 8 (TMA's 16-byte aligned rows), an fp32
+    product and int32 offsets throughout, on sm_90 or later (or the interpreter). Under bf16
+    operands A is cast to a bf16 [M, K] copy by a pass. The output is stored with masked
+    tl.store, so N needs no alignment."""
     if stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
         return False
     tf32 = precision == "tf32" and scheme == _tf32_scheme(target)
@@ -996,10 +997,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
         return []
     con = stage.contraction
-    if scheme == FP16X3:
-        return _fp16x3_tma_configs(spec, target, precision, stage)
-    if precision == "tf32":
-        return _tf32_tma_configs(spec, target, precision, stage)
+    if precision != "bf16":             # strict / tf32: fp16x3, or tf32's own
+        return _opt_in_tma_configs(spec, target, precision, stage, scheme)
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
             stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
             < target.compute_units):
@@ -1034,42 +1033,30 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     return out[:2]
 
 
-def _fp16x3_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape) -> list:
-    """fp16x3 on the TMA kernel: only with KFORGE_BUILTIN_TMA=1 (not timed on a GPU yet), and
-    not where a row reduction is fused over the tile (its `part` accumulator doubles the
-    registers). 128 x 128 x 64 tiles, 8 warps (acc and part: 128 values a thread), 3 stages of
-    four 16 KiB tiles; then BLOCK_K 32 with 4 stages. The interpreter: the target's first tile."""
+def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                        scheme: str) -> list:
+    """strict's fp16x3 and tf32 on the TMA kernel: only with KFORGE_BUILTIN_TMA=1 (not timed
+    on a GPU yet), and not where a row reduction is fused over the tile (fp16x3's `part`
+    accumulator doubles the registers). fp16x3: 128 x 128 x 64 tiles, 8 warps (acc and part:
+    128 values a thread), 3 stages of four 16 KiB tiles, then BLOCK_K 32 with 4 stages. tf32:
+    kernels/gemm.py's persistent tf32 tiles (NOTES.md run 4), 256 x 128 x 32 with 8 warps and
+    3 stages where M >= 1024 and N >= 8192, else 128 x 128 x 32 with 4 stages first (fp32
+    tiles: 32-48 KiB a stage). The interpreter: the target's first tile."""
     if os.environ.get(TMA_ENV) != "1":
         return []
     problem = dict(problem_of(spec, stage), precision=precision)
     if stage.reductions and problem.get("full_rows"):
         return []
+    con = stage.contraction
     if target.interpreter:
         tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
                  if c.get("SPLIT_K", 1) == 1][:1]
-    else:
+    elif scheme == FP16X3:
         tiles = [_cfg_tile(128, 128, 64, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
-    return [dict(c, TMA=True) for c in tiles]
-
-
-def _tf32_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape) -> list:
-    """tf32 on the TMA kernel: only with KFORGE_BUILTIN_TMA=1 (not timed in the builtin yet),
-    not where a row reduction is fused over the tile. kernels/gemm.py's persistent tf32 tiles
-    (NOTES.md run 4): 256 x 128 x 32, 8 warps, 3 stages where M >= 1024 and N >= 8192, else
-    128 x 128 x 32 with 4 stages first (fp32 tiles: 32-48 KiB a stage). The interpreter: the
-    target's first tile."""
-    if os.environ.get(TMA_ENV) != "1":
-        return []
-    problem = dict(problem_of(spec, stage), precision=precision)
-    if stage.reductions and problem.get("full_rows"):
-        return []
-    if target.interpreter:
-        return [dict(c, TMA=True) for c in target.configs("gemm", problem)
-                if c.get("SPLIT_K", 1) == 1][:1]
-    con = stage.contraction
-    tiles = [_cfg_tile(256, 128, 32, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
-    if not (con.extent(con.m) >= 1024 and con.extent(con.n) >= 8192):
-        tiles.reverse()
+    else:
+        tiles = [_cfg_tile(256, 128, 32, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
+        if not (con.extent(con.m) >= 1024 and con.extent(con.n) >= 8192):
+            tiles.reverse()
     return [dict(c, TMA=True) for c in tiles]
 
 
@@ -1133,15 +1120,16 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     scheme = config.get("input_precision")
     if not tma_eligible(spec, target, b.precision, shape, scheme) \
             or config.get("SPLIT_K", 1) > 1:
-        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16, fp16x1 or fp16x3 "
-                             "products of a K-major weight with K % 8 == 0, without split-K")
+        raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16, fp16x1, fp16x3 or "
+                             "tf32 products of a K-major weight with K % 8 == 0, without "
+                             "split-K")
     weight = _weight_source(spec, op.operands[con.b])
     # bf16: the cast pass's copy; fp16x1 / fp16x3: the split's planes ([hi, lo]: rows M..2M-1
     # of the descriptor hold lo; a hi tile past M reads lo rows into output rows past M, which
     # are not stored)
     a16 = f"{op.results[0]}_a16"
     planes = 2 if scheme == FP16X3 else 1
-    tf32 = b.precision == "tf32" and scheme not in FP16_SCHEMES
+    tf32 = b.precision == "tf32" and scheme == _tf32_scheme(target)
     if tf32:                            # A itself, fp32, where it lies
         a16 = op.operands[con.a]
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
