@@ -13,10 +13,10 @@ launch for a launch site's key goes through Triton as before and keeps the `Comp
 Triton returns; later launches with the same key call that compiled kernel's runner directly.
 The key is what Triton specializes on for the arguments KForge's kernels pass: each tensor's
 dtype, device and whether its address is 16-byte aligned, each int's value, each other
-scalar's type, and the keyword arguments (constexprs, num_warps, num_stages) with the grid.
-Anything else (a
-grid function, an argument of another kind, a Triton whose compiled kernel does not show the
-expected signature) takes Triton's path every time.
+scalar's type, the value of each constexpr and of each other keyword argument (num_warps,
+num_stages; a tensor passed by keyword keys by its kind, as above), and the grid. Anything
+else (a grid function, an argument of another kind, a Triton whose compiled kernel does not
+show the expected signature) takes Triton's path every time.
 
 The kernels themselves still resolve their callees (helper `@triton.jit` functions) in the
 module's own namespace, which is left unchanged. Changing Triton's knobs (debug, instrumentation)
@@ -59,6 +59,11 @@ class FastKernel:
         self.fn = fn
         self.params = list(inspect.signature(fn.fn).parameters.values())
         self.names = [p.name for p in self.params]
+        # constexpr parameters are compiled in: their values, not their kinds, key a kernel
+        kparams = getattr(fn, "params", None)
+        self.constexpr = [bool(getattr(kp, "is_constexpr", False)) for kp in kparams] \
+            if kparams and len(kparams) == len(self.params) else \
+            ["constexpr" in str(p.annotation) for p in self.params]
         self.compiled: dict = {}
         self.slow_keys = 0          # launches that took Triton's path (first launches included)
 
@@ -87,7 +92,11 @@ class FastKernel:
 
     def _launch(self, grid, args, kwargs):
         try:
-            key = (tuple(grid), tuple(sorted(kwargs.items())), tuple(_arg_key(a) for a in args))
+            key = (tuple(grid),
+                   tuple(sorted((k, _arg_key(v) if isinstance(v, torch.Tensor) else v)
+                                for k, v in kwargs.items())),
+                   tuple(("c", a) if const else _arg_key(a)
+                         for a, const in zip(args, self.constexpr)))
             hash(key)
         except TypeError:
             self.slow_keys += 1

@@ -36,6 +36,14 @@ def launch(x, y, alpha=0.5):
     n = x.numel()
     scale_add[(triton.cdiv(n, 256),)](x, y, out, n, alpha, BLOCK=256, num_warps=4)
     return (out,)
+
+
+def launch_shift(x, y, shift):
+    # every argument positional, the constexprs too
+    out = torch.empty_like(x)
+    n = x.numel()
+    scale_add[(triton.cdiv(n, 256),)](x, y, out, n, 0.5, 256, shift)
+    return (out,)
 '''
 
 
@@ -51,8 +59,8 @@ def module(tmp_path):
     sys.modules.pop("fl_kernel", None)
 
 
-def _want(x, y, alpha=0.5):
-    return x * 2.0 * alpha + y + 1.0
+def _want(x, y, alpha=0.5, shift=1.0):
+    return x * 2.0 * alpha + y + shift
 
 
 def test_repeated_launches_reuse_the_compiled_kernel_and_match(module):
@@ -83,6 +91,18 @@ def test_what_triton_specializes_on_gets_its_own_key(module):
     (out,) = fast.launch(x[:17], y[:17], alpha=-1.0)
     torch.testing.assert_close(out, _want(x[:17], y[:17], -1.0))
     assert kernel.slow_keys == 3          # 1000 aligned, 1024 misaligned, 17 (alpha: same key)
+
+
+def test_a_constexpr_passed_by_position_keys_by_its_value(module):
+    """A float constexpr is compiled into the kernel: another value is another kernel (a
+    runtime float argument, alpha above, keys by its type only)."""
+    fast = fastlaunch.fast_module(module)
+    x = torch.randn(1000, device="cuda")
+    y = torch.randn(1000, device="cuda")
+    for shift in (1.0, 2.0, 1.0, -3.0):
+        (out,) = fast.launch_shift(x, y, shift)
+        torch.testing.assert_close(out, _want(x, y, 0.5, shift))
+    assert fast.scale_add.slow_keys == 3
 
 
 def test_the_fast_path_can_be_turned_off(module, monkeypatch):
