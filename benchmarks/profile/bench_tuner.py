@@ -308,7 +308,33 @@ def table(results) -> str:
             f"{p['measured']} | {p['final_ms']:.4f} ({p['ratio_to_best']:.3f}) | {why} | "
             f"{rep['first_reach']} | {'met' if rep['goal_met'] else 'not met'} |")
     lines.append(f"\ngoal met on {met} of {n} rows")
+    suite = suite_summary(results)
+    if suite:
+        lines.append(
+            f"suite: profile-driven measured {suite['profile_measured']} configurations where "
+            f"blind measured {suite['blind_measured']} ({suite['measured_fraction']:.0%}); "
+            f"final kernel time, blind's over the profile-driven's: geomean "
+            f"{suite['final_geomean']:.3f}x; faster on {suite['faster']}, the same on "
+            f"{suite['same']}, slower on {suite['slower']} (within {TOL:.0%} is the same)")
     return "\n".join(lines)
+
+
+def suite_summary(results) -> dict | None:
+    """The goal read over a whole set of regions: the configurations both searches measured,
+    added up, and the geomean of blind's final kernel time over the profile-driven one's."""
+    rows = [r["search"] for r in results if r.get("search")
+            and r["search"]["blind"]["final_ms"] and r["search"]["profile"]["final_ms"]]
+    if not rows:
+        return None
+    pairs = [(s["blind"]["final_ms"], s["profile"]["final_ms"]) for s in rows]
+    faster = sum(p < b * (1 - TOL) for b, p in pairs)     # the rows' rule (replay's `met`)
+    slower = sum(p > b * (1 + TOL) for b, p in pairs)
+    pm = sum(s["profile"]["measured"] for s in rows)
+    bm = sum(s["blind"]["measured"] for s in rows)
+    return {"rows": len(rows), "profile_measured": pm, "blind_measured": bm,
+            "measured_fraction": pm / bm,
+            "final_geomean": math.exp(sum(math.log(b / p) for b, p in pairs) / len(pairs)),
+            "faster": faster, "slower": slower, "same": len(pairs) - faster - slower}
 
 
 def _spec_dirs():
