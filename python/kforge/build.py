@@ -75,6 +75,8 @@ def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache 
                           weights_path=imported.weights_path, model_path=model_path,
                           progress=progress, dynamic_size=batch, extra_meta=extra)
     doc["stages"] = {**timings, **doc.get("stages", {})}
+    if imported.notes:
+        doc["import_notes"] = list(imported.notes)
     say("coverage")
     t = time.monotonic()
     doc["coverage"] = model_coverage(pkg, options.target, example_inputs=example_inputs,

@@ -24,8 +24,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, HostPlan, KernelSpec, Value,
-                         load_host_plan, to_json)
+from kforge.spec import (SCHEMA_VERSION, AffineDim, Arg, CallStep, FallbackOp, GenericOp,
+                         HostPlan, KernelSpec, Value, load_host_plan, to_json)
 
 ATTENTION = "aten.scaled_dot_product_attention"
 SINK_ATTENTION = "kforge.attention"          # kforge.attention_op: attention with sinks
@@ -53,28 +53,55 @@ def promote(plan: HostPlan) -> tuple[HostPlan, list[KernelSpec]]:
     """The plan with every kernel-backed fallback step replaced by a call of a one-op region,
     and those regions' specs."""
     steps, specs = [], []
+    producers = {r: s for s in plan.steps for r in getattr(s, "results", ())}
     for step in plan.steps:
         kind = KERNEL_FALLBACKS.get(step.name) if isinstance(step, FallbackOp) else None
         if kind is None:
             steps.append(step)
             continue
-        spec = _region_of(plan, step, kind)
+        spec = _region_of(plan, step, kind, producers)
         specs.append(spec)
         steps.append(CallStep(spec.hash, step.operands, step.results))
     return replace(plan, steps=tuple(steps)), specs
 
 
-def _region_of(plan: HostPlan, step: FallbackOp, kind: str) -> KernelSpec:
+def _weight_of(plan: HostPlan, name: str, producers: dict) -> str | None:
+    """The weight that the value `name` is: a weight input of the plan, or one read through
+    transposes (which the host plan runs as views: kforge.reference). A transformers MoE's
+    experts read their nn.Linear-oriented weights transposed (kforge.moe_op). Tagged, the
+    runtime and the verifier give such an argument to the kernel's `prepare_weights` once
+    (the MoE kernel's fp16 split planes) instead of the kernel re-storing it at every call."""
+    for _ in range(8):                        # a chain of transposes is short
+        t = plan.tensor(name)
+        if isinstance(t, Arg):
+            return t.weight
+        op = producers.get(name)
+        if not isinstance(op, GenericOp) or op.reduction_dims or op.num_inputs != 1 \
+                or len(op.results) != 1 or op.body.yields[0] != op.body.args[0]:
+            return None
+        n = len(op.iterator_types)
+        for m in op.indexing_maps:
+            dims = [r.d for r in m.results if isinstance(r, AffineDim)]
+            if len(dims) != len(m.results) or sorted(dims) != list(range(n)):
+                return None                   # a broadcast or a slice, not a transpose
+        name = op.operands[0]
+    return None
+
+
+def _region_of(plan: HostPlan, step: FallbackOp, kind: str, producers: dict) -> KernelSpec:
     args = []
     for i, name in enumerate(step.operands):
         t = plan.tensor(name)
-        args.append(Arg(f"arg{i}", tuple(t.shape), t.dtype, None))
-    renamed = {o: f"arg{i}" for i, o in enumerate(step.operands)}
+        weight = _weight_of(plan, name, producers) if kind == "moe" else None
+        args.append(Arg(f"arg{i}", tuple(t.shape), t.dtype, weight))
     values = []
     for j, name in enumerate(step.results):
         t = plan.tensor(name)
         values.append(Value(f"v{j}", tuple(t.shape), t.dtype))
-    op = FallbackOp(step.name, tuple(renamed[o] for o in step.operands),
+    # one argument a position, also where one value fills two (a MoE's two zero biases of one
+    # shape are one constant after export; attention(x, x, x)): the op reads its own argument
+    # at each position, as the kernel does
+    op = FallbackOp(step.name, tuple(a.name for a in args),
                     tuple(v.name for v in values), step.args, step.symbol)
     k_shape = args[1].shape
     if step.name == ATTENTION_KV and len(args) > 2:        # the cache, then the new keys
@@ -83,7 +110,10 @@ def _region_of(plan: HostPlan, step: FallbackOp, kind: str) -> KernelSpec:
         moe_flops(*(a.shape for a in args[:6])) if kind == "moe" and len(args) >= 6 else 0
     elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}
     min_bytes = sum(_numel(t.shape) * elem.get(t.dtype, 4) for t in args + values)
-    body = {"kind": kind, "name": step.name, "args": [[a.shape, a.dtype] for a in args],
+    # a weight tag changes what the runtime and the verifier do with an argument (its
+    # prepare_weights), so it is part of the region's identity; untagged args hash as before
+    body = {"kind": kind, "name": step.name,
+            "args": [[a.shape, a.dtype] + (["weight"] if a.weight else []) for a in args],
             "results": [[v.shape, v.dtype] for v in values], "template": step.args}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, default=list).encode())
     h = digest.hexdigest()[:16]

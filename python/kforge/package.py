@@ -538,6 +538,7 @@ def report_markdown(report: dict) -> str:
         notes.append(f"- {len(raised)} regions compiled `strict` "
                      f"({', '.join('`' + r['hash'] + '`' for r in raised)}): "
                      f"{raised[0]['precision_reason']}")
+    notes += [f"- import: {n}" for n in report.get("import_notes", ())]
     if notes:
         lines += ["", "Notes:", *notes]
     if not report.get("linked"):
@@ -576,6 +577,8 @@ def print_report(report: dict, console=None) -> None:
     if raised:
         console.print(f"  {len(raised)} regions compiled strict: "
                       f"{raised[0]['precision_reason']}", markup=False)
+    for note in report.get("import_notes", ()):
+        console.print(f"  import: {note}", markup=False)
     cov = report.get("coverage")
     if cov:
         from kforge.coverage import coverage_markdown

@@ -68,6 +68,8 @@ def run_import(args: argparse.Namespace) -> int:
     for i, (shape, dtype) in enumerate(zip(result.output_shapes, result.output_dtypes)):
         table.add_row(f"result {i}", "output", _shape(shape), dtype)
     console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False)
     console.print(f"wrote {result.mlir_path} ({_size(result.mlir_path.stat().st_size)}) and "
                   f"{result.weights_path} ({len(result.weight_names)} tensors, "
                   f"{_size(result.weight_bytes)}) in {seconds:.1f} s")

@@ -32,6 +32,7 @@ from kforge.frontend.fallback import short_location
 from kforge.frontend.fxgraph import graph_record, named_locations
 from kforge.frontend.ir import finalize_module
 from kforge.frontend.source import LoadedModel, load_model
+from kforge.moe_op import experts_as_kforge_op
 
 # Dialects that MLIR 22 (and so kforge-opt) knows. torch-mlir's linalg-on-tensors output may also
 # contain its own `tm_tensor` ops (sort, cumsum, topk, scatter, ...), which upstream lacks.
@@ -54,6 +55,7 @@ class ImportResult:
     output_dtypes: tuple[str, ...]
     weight_bytes: int
     fx_graph_path: Path | None = None                   # <stem>.fx.json: the aten graph
+    notes: tuple[str, ...] = ()                         # LoweredModel.notes
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class LoweredModel:
     weights: tuple[torch.Tensor, ...]
     torch_mlir_text: str         # torch-mlir's linalg-on-tensors output, with its locations
     fx_graph: dict               # the aten graph it was imported from (frontend.fxgraph)
+    notes: tuple[str, ...] = ()  # what the import changed in how the model runs, and why
 
 
 def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathLike, *,
@@ -101,7 +104,7 @@ def import_model(source: nn.Module | str | os.PathLike, out_path: str | os.PathL
         output_shapes=tuple(t.shape for t in final.result_types),
         output_dtypes=tuple(t.dtype for t in final.result_types),
         weight_bytes=sum(w.numel() * w.element_size() for w in weights),
-        fx_graph_path=fx_graph_path)
+        fx_graph_path=fx_graph_path, notes=lowered.notes)
 
 
 def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = False,
@@ -112,11 +115,14 @@ def lower_model(source: nn.Module | str | os.PathLike, *, dynamic_batch: bool = 
     was_training = loaded.module.training
     loaded.module.eval()               # inference semantics: batch norm uses running stats
     try:
-        program = _export(loaded, weight_names, weights, dynamic_batch)
+        # a transformers MoE's experts as one op KForge has a grouped-GEMM kernel for
+        with experts_as_kforge_op(loaded.module) as notes:
+            program = _export(loaded, weight_names, weights, dynamic_batch)
     finally:
         loaded.module.train(was_training)
     text, fx_graph = _lower_to_linalg(program, loaded.origin)
-    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text, fx_graph)
+    return LoweredModel(loaded, tuple(weight_names), tuple(weights), text, fx_graph,
+                        tuple(notes))
 
 
 class _WeightsAsInputs(nn.Module):
