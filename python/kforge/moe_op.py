@@ -22,6 +22,7 @@ models route through it (benchmarks/models/gpt_oss*.py). Needs only torch.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -162,17 +163,27 @@ def _transformers_experts_forward(self, hidden_states, top_k_index, top_k_weight
                                         "swiglu", 1.0, 0.0)
 
 
+# what transformers' `use_experts_implementation` sets on every experts module it wraps
+_EXPERTS_MARKS = ("has_gate", "is_transposed", "is_concatenated", "_is_expert_parallel")
+
+
 @contextlib.contextmanager
 def experts_as_kforge_op(model: torch.nn.Module):
     """While active, the transformers experts modules of `model` that `unsupported_experts`
     passes run as `moe_experts` (their configs name TRANSFORMERS_EXPERTS), where the config
     names one of transformers' own implementations. Yields a list of notes (what was switched,
-    what was not and why); every config is restored on exit."""
+    what was not and why); every config is restored on exit. KFORGE_TRANSFORMERS_EXPERTS=0
+    switches nothing."""
     notes: list[str] = []
+    if os.environ.get("KFORGE_TRANSFORMERS_EXPERTS", "1") == "0":
+        yield notes
+        return
     groups: dict[int, tuple] = {}            # config -> (config, [(name, module)])
     for name, module in model.named_modules():
         config = getattr(module, "config", None)
-        if config is None or not hasattr(module, "gate_up_proj") \
+        # the instances `use_experts_implementation` made (a dense MLP may have a gate_up_proj
+        # too: Phi-3's is an nn.Linear)
+        if config is None or not all(hasattr(module, a) for a in _EXPERTS_MARKS) \
                 or not hasattr(type(config), "_experts_implementation"):
             continue
         groups.setdefault(id(config), (config, []))[1].append((name, module))

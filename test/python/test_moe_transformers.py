@@ -86,7 +86,7 @@ def test_what_the_op_does_not_express_is_refused_with_its_reason():
         _run(gelu, TRANSFORMERS_EXPERTS, *_routed())
 
 
-def test_import_switch_is_scoped_and_keeps_the_users_choice():
+def test_import_switch_is_scoped_and_keeps_the_users_choice(monkeypatch):
     torch.manual_seed(0)
     model = MixtralForCausalLM(_config()).eval()
     config = model.config
@@ -95,6 +95,12 @@ def test_import_switch_is_scoped_and_keeps_the_users_choice():
         assert config._experts_implementation == TRANSFORMERS_EXPERTS
         assert len(notes) == 1 and "MixtralExperts" in notes[0] and "'grouped_mm'" in notes[0]
     assert config._experts_implementation == "grouped_mm"
+
+    # the switch can be turned off
+    with monkeypatch.context() as env:
+        env.setenv("KFORGE_TRANSFORMERS_EXPERTS", "0")
+        with experts_as_kforge_op(model) as notes:
+            assert config._experts_implementation == "grouped_mm" and notes == []
 
     # an implementation the user registered is theirs to keep
     ALL_EXPERTS_FUNCTIONS["my_experts"] = ALL_EXPERTS_FUNCTIONS["grouped_mm"]
@@ -108,6 +114,17 @@ def test_import_switch_is_scoped_and_keeps_the_users_choice():
     with experts_as_kforge_op(gelu) as notes:
         assert gelu.config._experts_implementation == "grouped_mm"
         assert "run as PyTorch fallback ops" in notes[0] and "not SiLU" in notes[0]
+
+
+def test_a_dense_model_gets_no_experts_note():
+    """Phi-3's MLP has a gate_up_proj (an nn.Linear) but no experts: nothing to switch or say."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    model = Phi3ForCausalLM(Phi3Config(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                       num_hidden_layers=1, num_attention_heads=4,
+                                       num_key_value_heads=2, pad_token_id=0)).eval()
+    assert any(hasattr(m, "gate_up_proj") for m in model.modules())
+    with experts_as_kforge_op(model) as notes:
+        assert notes == []
 
 
 class _Mixtral(torch.nn.Module):
