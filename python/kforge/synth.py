@@ -364,13 +364,17 @@ class _RegionLoop:
             if reason:
                 return reason
             self.progress(f"functional round {r + 1}")
-            cands = self.generate(self.request("functional", r, feedback))
+            request = self.request("functional", r, feedback)
+            cands = self.generate(request)
             if not cands:
                 self.log.write("empty_round", phase="functional", round=r)
                 last = "the provider produced no candidate"
                 empty += 1
                 if empty >= 2:      # twice nothing to the same request: it has nothing to offer
-                    return f"the provider produced no candidate ({empty} rounds)"
+                    unsupported = getattr(self.provider, "unsupported", None)
+                    why = unsupported(request) if callable(unsupported) else None
+                    return f"the provider produced no candidate ({empty} rounds)" + \
+                        (f": {why}" if why else "")
                 continue
             empty = 0
             fb = []

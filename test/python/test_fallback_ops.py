@@ -117,3 +117,42 @@ def test_plan_reader_checks_fallback_arguments():
             "outputs": ["v0"]}
     with pytest.raises(UserError, match="tensor index 3 is not one of the 1 operands"):
         load_host_plan(plan)
+
+
+class _KeysAssembledBySlices(torch.nn.Module):
+    """DeepSeek-style attention in small: keys written into slices of a new tensor
+    (aten.slice_scatter after export: tensor.insert_slice, which the host plan does not
+    describe), and values narrower than queries and keys (multi-head latent attention)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rope = torch.nn.Linear(8, 8)
+
+    def forward(self, q, k_pass, k_rot, v):
+        k = q.new_zeros(q.shape)
+        k[..., :8] = k_pass
+        k[..., 8:] = self.rope(k_rot)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_slice_writes_fall_back_and_unequal_head_dims_run_torchs_attention(tmp_path,
+                                                                          kforge_opt):
+    from kforge.build import compile_model
+    from kforge.runtime import load_package
+    from kforge.synth import SynthOptions
+
+    torch.manual_seed(0)
+    model = _KeysAssembledBySlices().eval()
+    q = torch.randn(1, 2, 8, 16)
+    inputs = (q, torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8))
+    doc = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", rounds=0),
+                        example_inputs=inputs)
+    plan = json.loads((tmp_path / "pkg" / "regions" / "host_plan.json").read_text())
+    assert [s["name"] for s in plan["steps"] if s.get("op") == "fallback"].count(
+        "aten.slice_scatter") == 2
+    attention = [r for r in doc["regions"] if r.get("root_kind") == "attention"]
+    assert len(attention) == 1 and attention[0]["status"] == "reference", attention
+    assert "head dims 16, 16, 8" in attention[0]["message"]
+    with torch.no_grad():
+        torch.testing.assert_close(load_package(tmp_path / "pkg")(*inputs), model(*inputs),
+                                   atol=1e-5, rtol=1e-5)

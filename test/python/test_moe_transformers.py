@@ -176,3 +176,45 @@ def test_mixtral_compiles_with_its_experts_on_the_grouped_kernel(tmp_path, kforg
         for _ in range(2):
             torch.testing.assert_close(compiled(ids), want, atol=1e-4, rtol=1e-4)
     assert len(kernel._prepared) == 2 and kernel.calls == 4     # once per layer's weights
+
+
+class _DeepseekV3(torch.nn.Module):
+    """DeepSeek-V3 in small: a dense first layer, then routed experts with group-limited top-k
+    and a shared expert; multi-head latent attention (queries and keys 16 wide, values 8), whose
+    keys are assembled by slice writes."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+        torch.manual_seed(0)
+        config = DeepseekV3Config(
+            vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+            num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+            num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2, n_group=2,
+            topk_group=1, n_shared_experts=1, q_lora_rank=16, kv_lora_rank=16,
+            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=32,
+            use_cache=False, attn_implementation="sdpa", tie_word_embeddings=False)
+        self.m = DeepseekV3ForCausalLM(config).eval()
+
+    def forward(self, ids):
+        return self.m(input_ids=ids, use_cache=False).logits
+
+
+def test_deepseek_v3_compiles_and_matches_eager(tmp_path, kforge_opt):
+    from kforge.build import compile_model
+    from kforge.runtime import load_package
+    from kforge.synth import SynthOptions
+
+    model = _DeepseekV3()
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(5))
+    doc = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", rounds=0),
+                        example_inputs=(ids,))
+    moe = [r for r in doc["regions"] if r.get("root_kind") == "moe"]
+    assert len(moe) == 1 and moe[0]["status"] == "verified", moe
+    # the builtin's attention kernel has one head dim: this one runs torch's SDPA, and says why
+    attention = [r for r in doc["regions"] if r.get("root_kind") == "attention"]
+    assert attention and all(r["status"] == "reference" and "head dims 16, 16, 8" in r["message"]
+                             for r in attention), attention
+    with torch.no_grad():
+        torch.testing.assert_close(load_package(tmp_path / "pkg")(ids), model(ids),
+                                   atol=1e-4, rtol=1e-4)

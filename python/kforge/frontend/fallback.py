@@ -46,6 +46,10 @@ FALLBACK_OPS = frozenset({
     "aten.scaled_dot_product_attention",
     # concatenation: tensor.concat, which kernel specs do not describe (a copy at memory speed)
     "aten.cat",
+    # writes into a slice (`x[..., a:b] = y` after functionalization: DeepSeek's attention
+    # assembles its keys so): tensor.insert_slice, which neither kernel specs nor the host
+    # plan describe (a copy at memory speed)
+    "aten.slice_scatter", "aten.select_scatter",
 })
 
 # the lowering pipeline of torch-mlir's `torch-backend-to-linalg-on-tensors-backend-pipeline`

@@ -72,6 +72,11 @@ class Provider(abc.ABC):
         """Performance analysis: turn profiling data into recommendations (optional)."""
         return ()
 
+    def unsupported(self, request: GenerationRequest) -> str | None:
+        """Why this provider writes no kernel for the request's region at all, where it knows
+        (optional): the loop says it when generation comes back empty."""
+        return None
+
     def usage(self) -> dict:
         """Tokens, dollars, requests spent so far (LLM providers)."""
         return {}

@@ -239,6 +239,15 @@ class BuiltinProvider(Provider):
                              shape)
         return candidates(spec, target, request.precision, eligible[:request.num_candidates])
 
+    def unsupported(self, request: GenerationRequest) -> str | None:
+        try:
+            shape = None if _op_region(request.spec) is not None else \
+                analyze_region(request.spec)
+            config_space(request.spec, get_target(request.target), request.precision, shape)
+        except CannotGenerate as exc:
+            return str(exc)
+        return None
+
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
         target = get_target(request.target)
         if _op_region(request.spec) is not None:

@@ -86,6 +86,11 @@ def _options(spec, target) -> dict:
     from kforge.kernels.attention import HEAD_DIMS
     if d not in HEAD_DIMS:
         raise CannotGenerate(f"attention: head dim {d}")
+    dv = spec.args[p["value"]].shape[3] if len(spec.args[p["value"]].shape) == 4 else None
+    if k.shape[3] != d or dv != d:
+        # DeepSeek's multi-head latent attention: queries and keys 16 wide, values 8 (say)
+        raise CannotGenerate(f"attention: query, key and value head dims {d}, {k.shape[3]}, "
+                             f"{dv}: the builtin's kernel takes one head dim for all three")
     sinks = p["sinks"] is not None
     if sinks and (spec.args[p["sinks"]].shape != (hq,) or spec.args[p["sinks"]].dtype
                   not in OPERAND_DTYPES):

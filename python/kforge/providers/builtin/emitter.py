@@ -386,7 +386,10 @@ class Emitter:
         s = body.stmt(name)
         if s.op == "arith.constant":
             v = s.value
-            v = float(v) if s.type.startswith(("f", "b")) else int(v)
+            # an i1 constant as a bool: `x ^ 1` on an i1 would be an int32 in Triton (and a
+            # tl.where on it deprecated); `x ^ True` stays i1
+            v = float(v) if s.type.startswith(("f", "b")) else \
+                bool(int(v)) if s.type == "i1" else int(v)
             val = Val(literal(v), frozenset(), s.type, literal=v)
         elif s.op == "linalg.index":
             i = p[s.dim]
