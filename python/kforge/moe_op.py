@@ -178,15 +178,15 @@ def experts_as_kforge_op(model: torch.nn.Module):
     if os.environ.get("KFORGE_TRANSFORMERS_EXPERTS", "1") == "0":
         yield notes
         return
-    groups: dict[int, tuple] = {}            # config -> (config, [(name, module)])
-    for name, module in model.named_modules():
+    groups: dict[int, tuple] = {}            # id(config) -> (config, [experts modules])
+    for module in model.modules():
         config = getattr(module, "config", None)
         # the instances `use_experts_implementation` made (a dense MLP may have a gate_up_proj
         # too: Phi-3's is an nn.Linear)
         if config is None or not all(hasattr(module, a) for a in _EXPERTS_MARKS) \
                 or not hasattr(type(config), "_experts_implementation"):
             continue
-        groups.setdefault(id(config), (config, []))[1].append((name, module))
+        groups.setdefault(id(config), (config, []))[1].append(module)
     saved = []
     try:
         for config, modules in groups.values():
@@ -197,7 +197,7 @@ def experts_as_kforge_op(model: torch.nn.Module):
                 notes.append(f"experts of {len(modules)} layers keep experts_implementation="
                              f"{current!r} (the model's own choice)")
                 continue
-            why = next((w for w in map(unsupported_experts, (m for _, m in modules)) if w), None)
+            why = next((w for w in map(unsupported_experts, modules) if w), None)
             if why is not None:
                 notes.append(f"experts of {len(modules)} layers run as PyTorch fallback ops "
                              f"({current!r}): {why}")
@@ -207,7 +207,7 @@ def experts_as_kforge_op(model: torch.nn.Module):
             saved.append((config, config.__dict__.get("_experts_implementation_internal"),
                           "_experts_implementation_internal" in config.__dict__))
             config.__dict__["_experts_implementation_internal"] = TRANSFORMERS_EXPERTS
-            notes.append(f"experts of {len(modules)} layers ({type(modules[0][1]).__name__}) "
+            notes.append(f"experts of {len(modules)} layers ({type(modules[0]).__name__}) "
                          f"run as kforge.moe_experts (a grouped GEMM over the routed tokens) "
                          f"instead of {current!r}")
         yield notes

@@ -34,6 +34,13 @@ def _op_region(spec):
     return None
 
 
+def _shape_and_space(spec, target, precision: str) -> tuple[RegionShape | None, list[dict]]:
+    """The region's shape (None for a one-op region) and its configuration space; raises
+    CannotGenerate where the builtin writes no kernel for the region."""
+    shape = None if _op_region(spec) is not None else analyze_region(spec)
+    return shape, config_space(spec, target, precision, shape)
+
+
 def config_space(spec, target, precision: str, shape: RegionShape | None = None) -> list[dict]:
     """Every configuration the builtin provider may try for this region, in its fixed order."""
     target = get_target(target)
@@ -78,10 +85,9 @@ def _config_key(config: dict) -> str:
 def candidates(spec, target, precision: str, configs: list[dict] | None = None) -> list[Candidate]:
     """Candidates for the given configurations (default: the whole space), in order."""
     target = get_target(target)
+    op_region = _op_region(spec)
     try:
-        op_region = _op_region(spec)
-        shape = None if op_region is not None else analyze_region(spec)
-        space = config_space(spec, target, precision, shape)
+        shape, space = _shape_and_space(spec, target, precision)
     except CannotGenerate:
         return []
     out = []
@@ -203,8 +209,7 @@ class BuiltinProvider(Provider):
         target = get_target(request.target)
         spec = request.spec
         try:
-            shape = None if _op_region(spec) is not None else analyze_region(spec)
-            space = config_space(spec, target, request.precision, shape)
+            shape, space = _shape_and_space(spec, target, request.precision)
         except CannotGenerate:
             return []
         tried = {f.candidate_id for f in request.feedback} | set(request.tried)
@@ -241,9 +246,7 @@ class BuiltinProvider(Provider):
 
     def unsupported(self, request: GenerationRequest) -> str | None:
         try:
-            shape = None if _op_region(request.spec) is not None else \
-                analyze_region(request.spec)
-            config_space(request.spec, get_target(request.target), request.precision, shape)
+            _shape_and_space(request.spec, get_target(request.target), request.precision)
         except CannotGenerate as exc:
             return str(exc)
         return None
