@@ -712,6 +712,7 @@ def _compile_package(pkg: Path, key: str, wrapper, plan: _GraphPlan, args: list,
             "inputs": [list(args[i].shape) for i in plan.inputs],
             "weights": [name for _, name in plan.weights],
             "code": wrapper._kforge_graph.code}, indent=2))
+        _name_in_report(tmp, pkg)
         if pkg.exists():
             shutil.rmtree(pkg, ignore_errors=True)
         try:
@@ -722,6 +723,19 @@ def _compile_package(pkg: Path, key: str, wrapper, plan: _GraphPlan, args: list,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return load_package(pkg, module=wrapper, target=target)
+
+
+def _name_in_report(tmp: Path, pkg: Path) -> None:
+    """The report names the package where it will lie, not the directory it was built in."""
+    from kforge.cache import atomic_write_text
+    from kforge.package import report_markdown
+    path = tmp / "report.json"
+    if not path.is_file():
+        return
+    doc = json.loads(path.read_text())
+    doc["package"] = str(pkg)
+    atomic_write_text(path, json.dumps(doc, indent=2))
+    atomic_write_text(tmp / "report.md", report_markdown(doc))
 
 
 def _cache_key(gm, plan: _GraphPlan, opts: dict, args: list, target: str) -> str:

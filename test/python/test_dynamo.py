@@ -79,6 +79,9 @@ def test_mlp_matches_eager_and_second_run_reuses_the_package(tmp_path):
     assert rec.regions >= 1 and rec.kernels == rec.regions     # every region on a kernel
     (pkg,) = rec.packages
     assert pkg.parent == tmp_path / "cache" / "packages" and (pkg / kd.PACKAGE_MARKER).is_file()
+    # the report names the package where it lies (it was built in a directory beside it)
+    assert json.loads((pkg / "report.json").read_text())["package"] == str(pkg)
+    assert (pkg / "report.md").read_text().startswith(f"# KForge compile report: {pkg}\n")
     meta = json.loads((pkg / "package.json").read_text())
     assert meta["target"] == "cpu" and meta["precision"] == "strict"
     # weights are kforge weights (named after the module's parameters), not inputs
