@@ -24,8 +24,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from kforge.spec import (SCHEMA_VERSION, AffineDim, Arg, CallStep, FallbackOp, GenericOp,
-                         HostPlan, KernelSpec, Value, load_host_plan, to_json)
+from kforge.spec import (SCHEMA_VERSION, Arg, CallStep, FallbackOp, GenericOp, HostPlan,
+                         KernelSpec, Value, load_host_plan, to_json)
 
 ATTENTION = "aten.scaled_dot_product_attention"
 SINK_ATTENTION = "kforge.attention"          # kforge.attention_op: attention with sinks
@@ -71,19 +71,18 @@ def _weight_of(plan: HostPlan, name: str, producers: dict) -> str | None:
     experts read their nn.Linear-oriented weights transposed (kforge.moe_op). Tagged, the
     runtime and the verifier give such an argument to the kernel's `prepare_weights` once
     (the MoE kernel's fp16 split planes) instead of the kernel re-storing it at every call."""
+    from kforge.reference import _is_permutation, _moves_only   # what runs them as views
     for _ in range(8):                        # a chain of transposes is short
         t = plan.tensor(name)
         if isinstance(t, Arg):
             return t.weight
         op = producers.get(name)
         if not isinstance(op, GenericOp) or op.reduction_dims or op.num_inputs != 1 \
-                or len(op.results) != 1 or op.body.yields[0] != op.body.args[0]:
+                or len(op.results) != 1 or not _moves_only(op, [0]):
             return None
         n = len(op.iterator_types)
-        for m in op.indexing_maps:
-            dims = [r.d for r in m.results if isinstance(r, AffineDim)]
-            if len(dims) != len(m.results) or sorted(dims) != list(range(n)):
-                return None                   # a broadcast or a slice, not a transpose
+        if not all(_is_permutation(m, n) for m in op.indexing_maps):
+            return None                       # a broadcast or a slice, not a transpose
         name = op.operands[0]
     return None
 
