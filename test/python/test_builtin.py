@@ -680,6 +680,46 @@ class _Residual3d(torch.nn.Module):
         return x + F.gelu(self.fc(x), approximate="tanh")
 
 
+class _HeadNormRope(torch.nn.Module):
+    """Qwen3's query path: a projection, an RMS norm per head (over 16 of the product's 64
+    columns), the head transpose, then RoPE with rotate_half's halves: outputs the GEMM's row
+    kernel cannot store from its [row, 16] tile (a stage after it finishes them)."""
+
+    def __init__(self, heads=4, dim=16):
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.q = torch.nn.Linear(heads * dim, heads * dim, bias=False)
+        self.norm = torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.dim)
+        q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
+        q = q.transpose(1, 2)
+        half = self.dim // 2
+        rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+        return q * cos + rotated * sin
+
+
+class _WindowReverseNorm(torch.nn.Module):
+    """Swin's attention output: a projection over the windows' tokens, the windows put back in
+    image order (a permutation of the product's rows), the residual, a layer norm: the norm's
+    rows are not the GEMM tile's, so its reductions get a rows stage of their own."""
+
+    def __init__(self, dim=16, window=2, side=4):
+        super().__init__()
+        self.window, self.side = window, side
+        self.proj = torch.nn.Linear(dim, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+
+    def forward(self, windows, shortcut):
+        w, n = self.window, self.side // self.window
+        x = self.proj(windows)                          # [B * n * n, w * w, C]
+        b = x.shape[0] // (n * n)
+        x = x.view(b, n, n, w, w, -1).permute(0, 1, 3, 2, 4, 5).reshape(b, n * w * n * w, -1)
+        return self.norm(shortcut + x)
+
+
 def _tiny_block():
     ns = runpy.run_path(str(WORKLOADS / "transformer_block.py"))
     return ns["Model"](8, 2, 16)            # D=8, 2 heads, MLP 16
@@ -688,6 +728,10 @@ def _tiny_block():
 MODELS_3D = {
     "residual_3d": (_Residual3d, lambda: [torch.randn(2, 4, 8)]),
     "transformer_block": (_tiny_block, lambda: [torch.randn(2, 4, 8)]),
+    "head_norm_rope": (_HeadNormRope, lambda: [torch.randn(2, 8, 64),    # x, then cos and sin
+                                               *torch.rand(2, 8, 16).mul(6.3).sin().unbind()]),
+    "window_reverse_norm": (_WindowReverseNorm, lambda: [torch.randn(8, 4, 16),
+                                                         torch.randn(2, 16, 16)]),
 }
 
 

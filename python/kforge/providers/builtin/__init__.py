@@ -245,11 +245,24 @@ class BuiltinProvider(Provider):
         return candidates(spec, target, request.precision, eligible[:request.num_candidates])
 
     def unsupported(self, request: GenerationRequest) -> str | None:
+        target = get_target(request.target)
         try:
-            _shape_and_space(request.spec, get_target(request.target), request.precision)
+            shape, space = _shape_and_space(request.spec, target, request.precision)
         except CannotGenerate as exc:
             return str(exc)
-        return None
+        if shape is None:
+            return None
+        # the region's shape is one the builtin knows, but its emitter may still refuse every
+        # configuration (an output it cannot store from the kernel's tile): say what it said
+        reasons: list[str] = []
+        for config in space:
+            try:
+                generate_source(request.spec, target, request.precision, config, shape)
+                return None
+            except (CannotGenerate, ValueError) as exc:
+                if str(exc) not in reasons:
+                    reasons.append(str(exc))
+        return "; ".join(reasons) if reasons else "no configuration fits the region"
 
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:
         target = get_target(request.target)

@@ -107,9 +107,11 @@ def _contraction(spec: KernelSpec, op: GenericOp) -> Contraction | None:
     return Contraction(op, ia, ib, batch, m, n, k, sizes)
 
 
-def analyze_region(spec: KernelSpec) -> RegionShape:
+def analyze_region(spec: KernelSpec, split_reductions: bool = False) -> RegionShape:
     """Cut the region into stages (see RegionShape); returns the first, with `.stages` all of
-    them. Raises CannotGenerate when no template fits."""
+    them. Raises CannotGenerate when no template fits. `split_reductions`: row reductions after
+    a contraction start a rows stage of their own instead of joining the GEMM's (the cut that
+    generate_source falls back to)."""
     ops = _needed_ops(spec)
     results = [r for r in dict.fromkeys(spec.results) if spec.producer(r) is not None]
     for r in results:
@@ -131,7 +133,8 @@ def analyze_region(spec: KernelSpec) -> RegionShape:
                 sizes = domain_sizes(spec, op)
                 r = math.prod(sizes[d] for d in op.parallel_dims)
                 c = math.prod(sizes[d] for d in op.reduction_dims)
-                if cur.reductions and (cur.rows, cur.cols) != (r, c):
+                if (cur.reductions and (cur.rows, cur.cols) != (r, c)) or (
+                        split_reductions and cur.contraction is not None):
                     cur = RegionShape("rows", [])
                     stages.append(cur)
                 if not cur.reductions:
@@ -142,8 +145,17 @@ def analyze_region(spec: KernelSpec) -> RegionShape:
             boundary.update(op.results)
         for res in op.results:
             stage_of[res] = len(stages) - 1
+    # an output its stage cannot store from its tile (a slice of a normalized row: Qwen3's
+    # per-head q/k norm followed by RoPE's rotate_half halves) is computed by an elementwise
+    # stage after the others, which recomputes it from their materialized boundary values
+    tail = RegionShape("elementwise", [])
     for r in results:
-        stages[stage_of[r]].outputs.append(r)
+        stage = stages[stage_of[r]]
+        (stage if _storable(spec, stage, r) else tail).outputs.append(r)
+    if tail.outputs:
+        stages.append(tail)
+        for r in tail.outputs:
+            stage_of[r] = len(stages) - 1
     # what each stage reads from earlier ones: walk back from its stores through everything
     # it recomputes, stopping at earlier boundary results (those are materialized)
     for j in reversed(range(len(stages))):
@@ -169,6 +181,17 @@ def analyze_region(spec: KernelSpec) -> RegionShape:
     first = stages[0]
     first.stages = stages
     return first
+
+
+def _storable(spec: KernelSpec, stage: RegionShape, value: str) -> bool:
+    """Whether `stage`'s kernel can store `value` from its tile: a stage with row reductions
+    one value per row or a whole row (see _emit_rows)."""
+    shape = spec.tensor(value).shape
+    numel = math.prod(shape)
+    if not stage.reductions:
+        return True      # a GEMM stage without them finishes moved outputs itself (_epilogues)
+    return numel == stage.rows or (numel == stage.rows * stage.cols and
+                                   _row_index(shape, stage.rows, stage.cols) is not None)
 
 
 def problem_of(spec: KernelSpec, shape: RegionShape) -> dict:
@@ -1390,8 +1413,29 @@ def _gemm_grid(M, N, BM, BN, batch, split_k) -> str:
 def generate_source(spec: KernelSpec, target, precision: str, config: dict,
                     shape: RegionShape | None = None) -> str:
     """The Python source of one candidate (kernels, optional prepare_weights, launch).
-    `config` tunes the first stage; later stages take their kind's first configuration."""
+    `config` tunes the first stage; later stages take their kind's first configuration.
+    Where the emitter cannot fuse a GEMM's row reductions into its stage (a reduction over
+    rows that a permutation of the product's rows feeds: Swin's window reverse before its
+    layer norm), the reductions get a rows stage of their own, which reads the product."""
     shape = shape or analyze_region(spec)
+    try:
+        return _generate(spec, target, precision, config, shape)
+    except CannotGenerate:
+        if not any(st.contraction is not None and st.reductions
+                   for st in shape.stages or [shape]):
+            raise
+        split = analyze_region(spec, split_reductions=True)
+        if split.kind != shape.kind:
+            raise
+        try:
+            return _generate(spec, target, precision, config, split)
+        except CannotGenerate:
+            pass
+        raise
+
+
+def _generate(spec: KernelSpec, target, precision: str, config: dict,
+              shape: RegionShape) -> str:
     b = _Builder(spec, target, precision)
     stages = shape.stages or [shape]
     for i, stage in enumerate(stages):
@@ -1489,7 +1533,9 @@ def _build_stage(b: _Builder, stage: RegionShape, config: dict, stem: str) -> No
         b.temporaries[vc] = None            # the product, read back by the rows kernel
         rows_config = config.get("rows") or target.configs(
             "rows", {"rows": stage.rows, "cols": stage.cols})[0]
-        build_rows(b, outputs, stage.rows, stage.cols, rows_config, f"{stem}_rows")
+        # the GEMM kernel stored the product; the rows kernel stores the rest
+        build_rows(b, [o for o in outputs if o != vc], stage.rows, stage.cols, rows_config,
+                   f"{stem}_rows")
     elif not stage.reductions:
         if gemm_outputs_on_tile(spec, stage):
             saved = b.snapshot()
