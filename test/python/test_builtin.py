@@ -937,3 +937,38 @@ def test_fp16x1_first_where_its_pass_costs_no_more_than_the_product(m, n, k, fir
                                       sizes=[m, n, k])
     stage = dataclasses.replace(analyze_region(spec("matmul_bias_relu")), contraction=con)
     assert builtin_kernels.fp16x1_first(None, get_target("cuda"), stage) is first
+
+
+class _BoolMask(torch.nn.Module):
+    """transformers' mask builders start from an all-True tensor and `&` conditions onto it
+    (Gemma-2's causal and padding masks): a splat i1 constant in the region."""
+
+    def forward(self, q_idx, kv_idx, keep):
+        mask = torch.ones(q_idx.shape[0], kv_idx.shape[1], dtype=torch.bool)
+        mask = mask & (kv_idx <= q_idx) & (keep == kv_idx)
+        return torch.where(mask, 0.0, torch.finfo(torch.float32).min)
+
+
+@real_export
+def test_i1_splat_constants_are_bools(tmp_path):
+    """`1 & x` on an i1 is an int32 in Triton, and tl.where on it is deprecated (an error in a
+    future Triton): a splat `true` is emitted as `True`, and the kernel runs with Triton's
+    warnings as errors."""
+    import warnings
+    from kforge.reference import run_host_plan
+    model = _BoolMask()
+    inputs = [torch.arange(8).view(8, 1), torch.arange(8).view(1, 8),
+              torch.tensor([[0, 1, 2, 3, 4, 5, 0, 0]]).view(1, 8)]
+    plan, weights = export_regions(model, inputs, tmp_path)
+    specs = {s.call: load_spec(Path(plan.directory) / f"{s.call}.json")
+             for s in plan.steps if hasattr(s, "call")}
+    kernels = {}
+    for h, s in specs.items():
+        source = candidates(s, "cpu", "strict")[0].source
+        assert not re.search(r"\b1 & |& 1\b", source), source
+        module = load_candidate(source, tmp_path / f"k_{h}.py")
+        kernels[h] = (lambda m, sp: lambda *a: run_candidate(m, sp, a))(module, s)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="tl.where with a non-boolean condition")
+        got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)
+    torch.testing.assert_close(got[0], model(*inputs), atol=0, rtol=0)

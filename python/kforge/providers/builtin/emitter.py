@@ -178,6 +178,15 @@ class ColumnSpace:
     looped: bool = False            # reductions loop over column blocks
 
 
+def _scalar(value, dtype: str):
+    """A constant's Python literal. An i1 constant is a bool, a scalar one or a splat tensor's
+    (Gemma-2's mask `true & (i <= j)`): `1 & x` or `x ^ 1` on an i1 would be an int32 in
+    Triton, and a tl.where on it deprecated; `True & x` stays i1."""
+    if dtype.startswith(("f", "b")):
+        return float(value)
+    return bool(int(value)) if dtype == "i1" else int(value)
+
+
 class Emitter:
     def __init__(self, spec: KernelSpec, target, kvars: dict[str, KVar],
                  pointers: dict[str, str], columns: ColumnSpace | None = None):
@@ -281,7 +290,7 @@ class Emitter:
                 if op.splat is None:
                     raise CannotGenerate(f"dense constant {name} is not supported")
                 dtype = self.spec.tensor(name).dtype
-                v = float(op.splat) if dtype.startswith(("f", "b")) else int(op.splat)
+                v = _scalar(op.splat, dtype)
                 val = Val(literal(v), frozenset(), dtype, literal=v)
             elif isinstance(op, PadOp):
                 val = self.padded(op, index, scope)
@@ -385,11 +394,7 @@ class Emitter:
             return hit
         s = body.stmt(name)
         if s.op == "arith.constant":
-            v = s.value
-            # an i1 constant as a bool: `x ^ 1` on an i1 would be an int32 in Triton (and a
-            # tl.where on it deprecated); `x ^ True` stays i1
-            v = float(v) if s.type.startswith(("f", "b")) else \
-                bool(int(v)) if s.type == "i1" else int(v)
+            v = _scalar(s.value, s.type)
             val = Val(literal(v), frozenset(), s.type, literal=v)
         elif s.op == "linalg.index":
             i = p[s.dim]
