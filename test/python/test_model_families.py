@@ -11,7 +11,8 @@ something those do not: per-head q/k norms (Qwen3, Gemma-3), soft-capped logits 
 windows (Gemma-2), partial rotary and parallel residuals (Phi, GPT-NeoX), ALiBi (BLOOM),
 learned positions (OPT), disentangled attention (DeBERTa-v2), alternating local attention
 (ModernBERT), shifted windows (Swin), an encoder-decoder with cross-attention (BART), a
-convolutional audio front end (Whisper), a shared expert beside routed ones (Qwen2-MoE)."""
+convolutional audio front end (Whisper), a shared expert beside routed ones (Qwen2-MoE).
+The decoders also run one decode step against a KV cache."""
 from __future__ import annotations
 
 import json
@@ -136,4 +137,50 @@ def test_family_compiles_runs_and_matches_eager(name, tmp_path, kforge_opt):
     with torch.no_grad():
         want = model(*fresh)
     scale = max(1.0, float(want.double().pow(2).mean().sqrt()))    # strict's RMS-scaled atol
+    torch.testing.assert_close(got.double(), want.double(), atol=1e-4 * scale, rtol=1e-4)
+
+
+CONTEXT = 8             # cached tokens per sequence in a decode step
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FAMILIES.items() if f[1] == DECODER))
+def test_decoder_family_decode_step_against_a_kv_cache(name, tmp_path, kforge_opt):
+    """One generated token per sequence against a KV cache given as tensors (kforge.bench.llm's
+    decode step: transformers' DynamicCache, the step's key and value appended inside), every
+    region on a verified kernel, against eager."""
+    import kforge
+    from kforge.bench.llm import decode_step
+    wrapped, _ = build(name)
+    model, config = wrapped.model, wrapped.model.config
+
+    class Decode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, *past):
+            return decode_step(self.model, config, input_ids, past)
+
+    step = Decode().eval()
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or \
+        config.hidden_size // config.num_attention_heads
+
+    def step_inputs(seed):
+        g = torch.Generator().manual_seed(seed)
+        cache = [torch.randn(BATCH, kv_heads, CONTEXT, head_dim, generator=g)
+                 for _ in range(2 * config.num_hidden_layers)]
+        return [torch.randint(3, 64, (BATCH, 1), generator=g), *cache]
+
+    fast = kforge.compile(step, step_inputs(1), target="cpu", rounds=0, out=tmp_path / "pkg",
+                          cache_mode="off")
+    report = json.loads((fast.package.root / "report.json").read_text())
+    left = [(r["name"], r.get("fused"), r.get("message")) for r in report["regions"]
+            if r["status"] != "verified"]
+    assert not left, f"{name} decode: regions without a verified kernel: {left}"
+    fresh = step_inputs(7)
+    got = fast(*fresh)
+    with torch.no_grad():
+        want = step(*fresh)
+    scale = max(1.0, float(want.double().pow(2).mean().sqrt()))
     torch.testing.assert_close(got.double(), want.double(), atol=1e-4 * scale, rtol=1e-4)

@@ -104,8 +104,16 @@ def decode_step(model, config, input_ids: torch.Tensor, past) -> torch.Tensor:
                          f"(a key and a value per layer), got {len(past)}")
     cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2)],
                          config=config)
-    return model(input_ids=input_ids, past_key_values=cache, use_cache=True,
+    return model(input_ids=input_ids, **{_cache_keyword(model): cache}, use_cache=True,
                  return_dict=True).logits
+
+
+def _cache_keyword(model) -> str:
+    """transformers >= 5.25 names the cache `cache` (`past_key_values` is deprecated there and
+    goes in 5.40); earlier releases (5.17 on the H200) only know `past_key_values`."""
+    import inspect
+    return "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
 
 
 class LLMWorkload(torch.nn.Module):
