@@ -685,17 +685,19 @@ class _HeadNormRope(torch.nn.Module):
     columns), the head transpose, then RoPE with rotate_half's halves: outputs the GEMM's row
     kernel cannot store from its [row, 16] tile (a stage after it finishes them)."""
 
-    def __init__(self, heads=4, dim=16):
+    def __init__(self, heads=4, dim=16, per_head=True):
         super().__init__()
-        self.heads, self.dim = heads, dim
+        self.heads, self.dim, self.per_head = heads, dim, per_head
         self.q = torch.nn.Linear(heads * dim, heads * dim, bias=False)
-        self.norm = torch.nn.Parameter(torch.rand(dim) + 0.5)
+        self.norm = torch.nn.Parameter(torch.rand(dim if per_head else heads * dim) + 0.5)
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
-        q = self.q(x).view(b, s, self.heads, self.dim)
+        q = self.q(x)
+        if self.per_head:
+            q = q.view(b, s, self.heads, self.dim)
         q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
-        q = q.transpose(1, 2)
+        q = q.view(b, s, self.heads, self.dim).transpose(1, 2)
         half = self.dim // 2
         rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
         return q * cos + rotated * sin
@@ -730,6 +732,10 @@ MODELS_3D = {
     "transformer_block": (_tiny_block, lambda: [torch.randn(2, 4, 8)]),
     "head_norm_rope": (_HeadNormRope, lambda: [torch.randn(2, 8, 64),    # x, then cos and sin
                                                *torch.rand(2, 8, 16).mul(6.3).sin().unbind()]),
+    # OLMo-2's: the norm over the whole projection, whose rows the head transpose reorders
+    # (the rows kernel stores only the norm's statistics; an elementwise stage the rest)
+    "row_norm_rope": (lambda: _HeadNormRope(per_head=False),
+                      lambda: [torch.randn(2, 8, 64), *torch.rand(2, 8, 16).mul(6.3).sin().unbind()]),
     "window_reverse_norm": (_WindowReverseNorm, lambda: [torch.randn(8, 4, 16),
                                                          torch.randn(2, 16, 16)]),
 }
@@ -972,3 +978,30 @@ def test_i1_splat_constants_are_bools(tmp_path):
         warnings.filterwarnings("error", message="tl.where with a non-boolean condition")
         got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)
     torch.testing.assert_close(got[0], model(*inputs), atol=0, rtol=0)
+
+
+class _Downsample(torch.nn.Module):
+    """A bilinear resize to one pixel (MobileViT's): torch-mlir's lowering compares constants
+    (`0.5 >= 0.0`), and an unordered compare of constants spelled out was `~True`, -2 in
+    Python: the kernel took the wrong branch."""
+
+    def forward(self, x):
+        return torch.relu(F.interpolate(x, size=(1, 1), mode="bilinear", align_corners=False))
+
+
+@real_export
+def test_compares_of_constants_fold_to_bools(tmp_path):
+    from kforge.reference import run_host_plan
+    model = _Downsample()
+    inputs = [torch.randn(2, 4, 2, 2)]
+    plan, weights = export_regions(model, inputs, tmp_path)
+    specs = {s.call: load_spec(Path(plan.directory) / f"{s.call}.json")
+             for s in plan.steps if hasattr(s, "call")}
+    kernels = {}
+    for h, s in specs.items():
+        source = candidates(s, "cpu", "strict")[0].source
+        assert "~(" not in source or "~(x" in source, source
+        module = load_candidate(source, tmp_path / f"k_{h}.py")
+        kernels[h] = (lambda m, sp: lambda *a: run_candidate(m, sp, a))(module, s)
+    got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)
+    torch.testing.assert_close(got[0], model(*inputs), atol=1e-6, rtol=1e-6)

@@ -107,11 +107,17 @@ def _contraction(spec: KernelSpec, op: GenericOp) -> Contraction | None:
     return Contraction(op, ia, ib, batch, m, n, k, sizes)
 
 
-def analyze_region(spec: KernelSpec, split_reductions: bool = False) -> RegionShape:
+# How finely analyze_region cuts a region with row reductions; generate_source tries them in
+# order until the emitter takes one: fused (a GEMM's reductions on its tile or in its rows
+# kernel), SPLIT (the reductions in a rows stage of their own, reading the stored product),
+# NARROW (besides, rows stages store only one value per row; every wider output is finished by
+# an elementwise stage from the stored product and those values).
+FUSED, SPLIT, NARROW = 0, 1, 2
+
+
+def analyze_region(spec: KernelSpec, cut: int = FUSED) -> RegionShape:
     """Cut the region into stages (see RegionShape); returns the first, with `.stages` all of
-    them. Raises CannotGenerate when no template fits. `split_reductions`: row reductions after
-    a contraction start a rows stage of their own instead of joining the GEMM's (the cut that
-    generate_source falls back to)."""
+    them. Raises CannotGenerate when no template fits. `cut`: FUSED, SPLIT or NARROW (above)."""
     ops = _needed_ops(spec)
     results = [r for r in dict.fromkeys(spec.results) if spec.producer(r) is not None]
     for r in results:
@@ -134,7 +140,7 @@ def analyze_region(spec: KernelSpec, split_reductions: bool = False) -> RegionSh
                 r = math.prod(sizes[d] for d in op.parallel_dims)
                 c = math.prod(sizes[d] for d in op.reduction_dims)
                 if (cur.reductions and (cur.rows, cur.cols) != (r, c)) or (
-                        split_reductions and cur.contraction is not None):
+                        cut >= SPLIT and cur.contraction is not None):
                     cur = RegionShape("rows", [])
                     stages.append(cur)
                 if not cur.reductions:
@@ -151,7 +157,7 @@ def analyze_region(spec: KernelSpec, split_reductions: bool = False) -> RegionSh
     tail = RegionShape("elementwise", [])
     for r in results:
         stage = stages[stage_of[r]]
-        (stage if _storable(spec, stage, r) else tail).outputs.append(r)
+        (stage if _storable(spec, stage, r, cut) else tail).outputs.append(r)
     if tail.outputs:
         stages.append(tail)
         for r in tail.outputs:
@@ -183,14 +189,14 @@ def analyze_region(spec: KernelSpec, split_reductions: bool = False) -> RegionSh
     return first
 
 
-def _storable(spec: KernelSpec, stage: RegionShape, value: str) -> bool:
+def _storable(spec: KernelSpec, stage: RegionShape, value: str, cut: int = FUSED) -> bool:
     """Whether `stage`'s kernel can store `value` from its tile: a stage with row reductions
-    one value per row or a whole row (see _emit_rows)."""
+    one value per row or (but under NARROW) a whole row (see _emit_rows)."""
     shape = spec.tensor(value).shape
     numel = math.prod(shape)
     if not stage.reductions:
         return True      # a GEMM stage without them finishes moved outputs itself (_epilogues)
-    return numel == stage.rows or (numel == stage.rows * stage.cols and
+    return numel == stage.rows or (cut < NARROW and numel == stage.rows * stage.cols and
                                    _row_index(shape, stage.rows, stage.cols) is not None)
 
 
@@ -1414,23 +1420,23 @@ def generate_source(spec: KernelSpec, target, precision: str, config: dict,
                     shape: RegionShape | None = None) -> str:
     """The Python source of one candidate (kernels, optional prepare_weights, launch).
     `config` tunes the first stage; later stages take their kind's first configuration.
-    Where the emitter cannot fuse a GEMM's row reductions into its stage (a reduction over
-    rows that a permutation of the product's rows feeds: Swin's window reverse before its
-    layer norm), the reductions get a rows stage of their own, which reads the product."""
+    Where the emitter refuses the region's cut (a layer norm over rows that a permutation of
+    the product's rows feeds: Swin's window reverse; a norm's rows that are not its output's:
+    OLMo-2's q norm before the head transpose), the finer cuts are tried (SPLIT, NARROW)."""
     shape = shape or analyze_region(spec)
     try:
         return _generate(spec, target, precision, config, shape)
     except CannotGenerate:
-        if not any(st.contraction is not None and st.reductions
-                   for st in shape.stages or [shape]):
+        if not any(st.reductions for st in shape.stages or [shape]):
             raise
-        split = analyze_region(spec, split_reductions=True)
-        if split.kind != shape.kind:
-            raise
-        try:
-            return _generate(spec, target, precision, config, split)
-        except CannotGenerate:
-            pass
+        for cut in (SPLIT, NARROW):
+            finer = analyze_region(spec, cut)
+            if finer.kind != shape.kind:
+                continue            # `config` is for the first stage's kind
+            try:
+                return _generate(spec, target, precision, config, finer)
+            except CannotGenerate:
+                pass
         raise
 
 
