@@ -35,11 +35,11 @@ KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention",
                     ATTENTION_KV: "attention", MOE: "moe"}
 
 
-def attention_flops(q_shape, k_shape) -> int:
-    """QK^T and PV: 2 * 2 * B * Hq * Sq * Skv * D."""
+def attention_flops(q_shape, k_shape, value_head_dim: int | None = None) -> int:
+    """QK^T and PV: 2 * B * Hq * Sq * Skv * (D + Dv) (Dv: the values' head dim, default D)."""
     b, h, sq, d = (s or 1 for s in q_shape)
     skv = k_shape[-2] or 1
-    return 4 * b * h * sq * skv * d
+    return 2 * b * h * sq * skv * (d + (value_head_dim or d))
 
 
 def moe_flops(x_shape, index_shape, weight_shape, w1_shape, b1_shape, w2_shape) -> int:
@@ -105,7 +105,8 @@ def _region_of(plan: HostPlan, step: FallbackOp, kind: str, producers: dict) -> 
     k_shape = args[1].shape
     if step.name == ATTENTION_KV and len(args) > 2:        # the cache, then the new keys
         k_shape = k_shape[:-2] + ((k_shape[-2] or 0) + (args[2].shape[-2] or 0), k_shape[-1])
-    flops = attention_flops(args[0].shape, k_shape) if kind == "attention" else \
+    flops = attention_flops(args[0].shape, k_shape, values[0].shape[-1] if values else None) \
+        if kind == "attention" else \
         moe_flops(*(a.shape for a in args[:6])) if kind == "moe" and len(args) >= 6 else 0
     elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}
     min_bytes = sum(_numel(t.shape) * elem.get(t.dtype, 4) for t in args + values)

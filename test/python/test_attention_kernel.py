@@ -1,14 +1,18 @@
 """kforge.kernels.attention: the generated flash-attention kernel under the Triton interpreter
-(TRITON_INTERPRET=1) against a float64 reference, every feature alone and combined; the pure-torch
-reference against torch's SDPA; and the KForge rules (static checks, launch computes nothing with
-torch, every output element written).
+(TRITON_INTERPRET=1) against a float64 reference, every feature alone and combined; values of
+another head dim than queries and keys (multi-head latent attention), down to the builtin
+provider's verified kernel; the pure-torch reference against torch's SDPA; and the KForge rules
+(static checks, launch computes nothing with torch, every output element written).
 
 Sizes are interpreter-sized and deliberately odd (not multiples of the 16x16 test tiles)."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -17,8 +21,9 @@ if not torch.cuda.is_available():                 # before triton is imported (c
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch.nn.functional as F  # noqa: E402
 
-from kforge.kernels.attention import (attention_configs, attention_source,  # noqa: E402
-                                      load_source, reference_attention)
+from kforge.kernels.attention import (HEAD_DIMS, VALUE_HEAD_DIMS,  # noqa: E402
+                                      attention_configs, attention_source, load_source,
+                                      reference_attention)
 from kforge.verify.static import static_check  # noqa: E402
 
 TORCH_DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -33,16 +38,17 @@ def _interpreter(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _poisoned_empty(monkeypatch):
-    """torch.empty_like returns NaN-filled memory (as in KForge's sandbox): unwritten output
-    shows."""
-    original = torch.empty_like
-
-    def poisoned(*a, **kw):
-        t = original(*a, **kw)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-    monkeypatch.setattr(torch, "empty_like", poisoned)
+    """torch.empty_like and Tensor.new_empty (the output of values of another head dim) return
+    NaN-filled memory (as in KForge's sandbox): unwritten output shows."""
+    def poison(original):
+        def poisoned(*a, **kw):
+            t = original(*a, **kw)
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+            return t
+        return poisoned
+    monkeypatch.setattr(torch, "empty_like", poison(torch.empty_like))
+    monkeypatch.setattr(torch.Tensor, "new_empty", poison(torch.Tensor.new_empty))
 
 
 def _module(**kw):
@@ -51,12 +57,12 @@ def _module(**kw):
     return load_source(attention_source(**opts), "kf_test_attention")
 
 
-def _inputs(B, Hq, Hkv, Sq, Skv, D, dtype="fp32", seed=0):
+def _inputs(B, Hq, Hkv, Sq, Skv, D, dtype="fp32", seed=0, Dv=None):
     g = torch.Generator().manual_seed(seed)
     dt = TORCH_DT[dtype]
     q = torch.randn(B, Hq, Sq, D, generator=g).to(dt)
     k = torch.randn(B, Hkv, Skv, D, generator=g).to(dt)
-    v = torch.randn(B, Hkv, Skv, D, generator=g).to(dt)
+    v = torch.randn(B, Hkv, Skv, D if Dv is None else Dv, generator=g).to(dt)
     return q, k, v
 
 
@@ -80,14 +86,15 @@ def _assert_close(out, ref, tol):
 
 def _run(q, k, v, *, mask=None, sinks=None, causal=False, window=None, scale=None,
          dtype="fp32", dot_precision="ieee", tol=None, masked_rows="zero", **src_kw):
-    mod = _module(head_dim=q.shape[-1], causal=causal, window=window, scale=scale,
+    mod = _module(head_dim=q.shape[-1], value_head_dim=v.shape[-1], causal=causal,
+                  window=window, scale=scale,
                   mask=None if mask is None else ("bool" if mask.dtype == torch.bool
                                                   else "additive"),
                   sinks=sinks is not None, gqa_group=q.shape[1] // k.shape[1], dtype=dtype,
                   dot_precision=dot_precision, masked_rows=masked_rows, **src_kw)
     args = [q, k, v] + ([mask] if mask is not None else []) + ([sinks] if sinks is not None else [])
     (out,) = mod.launch(*args)
-    assert out.dtype == q.dtype and out.shape == q.shape
+    assert out.dtype == q.dtype and out.shape == q.shape[:3] + v.shape[3:]
     ref = reference_attention(q.double(), k.double(), v.double(),
                               mask=None if mask is None else
                               (mask if mask.dtype == torch.bool else mask.double()),
@@ -305,8 +312,153 @@ def test_launch_argument_checks():
         mod.launch(q, k[:, :1], v[:, :1])
     with pytest.raises(ValueError, match="head dim"):
         mod.launch(q[..., :16], k[..., :16], v[..., :16])
+    with pytest.raises(ValueError, match="head dims must be 32 .q, k. and 32 .v."):
+        mod.launch(q, k, v[..., :16])
     with pytest.raises(ValueError, match="must be"):
         mod.launch(q.double(), k.double(), v.double())
+    latent = _module(head_dim=32, value_head_dim=16, gqa_group=2)
+    with pytest.raises(ValueError, match="and 16 .v."):
+        latent.launch(q, k, v)
+
+
+# ------------------------------------------------------------------------------------------------
+# values of another head dim than queries and keys: multi-head latent attention (DeepSeek-V3's
+# queries and keys are 192 wide, 128 without and 64 with rotary embedding; its values 128)
+# (B, Hq, Hkv, Sq, Skv, D, Dv, options)
+LATENT = {
+    "d16_v8_causal": ((2, 2, 2, 19, 19, 16, 8), dict(causal=True)),
+    "d16_v8_gqa_bool": ((1, 4, 2, 17, 23, 16, 8), dict(mask="bool")),
+    "d16_v8_gqa_packed_additive": ((1, 4, 2, 17, 23, 16, 8),
+                                   dict(mask="additive", pack_gqa=True, causal=True)),
+    "d64_v32_causal_gqa": ((1, 4, 1, 21, 30, 64, 32), dict(causal=True)),
+    "d64_v32_bool_causal": ((2, 2, 2, 13, 13, 64, 32), dict(mask="bool", causal=True)),
+    "d64_v32_additive_window_sinks": ((1, 4, 2, 13, 29, 64, 32),
+                                      dict(mask="additive", window=9, sinks=True)),
+    "d32_v64_wider_values": ((1, 2, 2, 9, 21, 32, 64), dict(mask="bool")),
+    "d192_v128_causal_gqa": ((1, 2, 1, 9, 21, 192, 128), dict(causal=True)),
+    "d192_v128_bf16": ((1, 2, 2, 9, 21, 192, 128),
+                       dict(causal=True, dtype="bf16", dot_precision="bf16")),
+    "d256": ((1, 1, 1, 9, 21, 256, 256), dict(causal=True)),
+    # widths off the cross-compiled list, padded in the kernel: MobileViT-S's 36, a tiny
+    # config's 6 and 4
+    "d36_causal": ((1, 4, 4, 11, 11, 36, 36), dict(causal=True)),
+    "d6_bool": ((2, 2, 1, 9, 13, 6, 6), dict(mask="bool")),
+    "d4_v6_additive": ((1, 2, 2, 7, 10, 4, 6), dict(mask="additive")),
+}
+
+
+@pytest.mark.parametrize("name", list(LATENT))
+def test_values_of_another_head_dim(name):
+    """out is [B, Hq, Sq, Dv] (every element written: the allocation is poisoned), v's tiles
+    padded to a power of two of their own; a query row with no key kept is 0."""
+    (B, Hq, Hkv, Sq, Skv, D, Dv), opts = LATENT[name]
+    opts = dict(opts)
+    dtype, mkind = opts.pop("dtype", "fp32"), opts.pop("mask", None)
+    q, k, v = _inputs(B, Hq, Hkv, Sq, Skv, D, dtype, seed=14, Dv=Dv)
+    g = torch.Generator().manual_seed(15)
+    mask = None
+    if mkind:
+        keep = torch.rand(B, 1, Sq, Skv, generator=g) > 0.3
+        keep[..., 3, :] = False
+        mask = keep if mkind == "bool" else torch.where(
+            keep, torch.randn(B, 1, Sq, Skv, generator=g), float("-inf")).to(TORCH_DT[dtype])
+    sinks = torch.randn(Hq, generator=g) if opts.pop("sinks", False) else None
+    out, ref = _run(q, k, v, mask=mask, sinks=sinks, dtype=dtype, **opts)
+    assert out.shape == (B, Hq, Sq, Dv)
+    if mkind and sinks is None:
+        assert out[:, :, 3].eq(0).all()
+    assert static_check(attention_source(head_dim=D, value_head_dim=Dv)) == []
+
+
+def test_values_of_another_head_dim_in_the_source():
+    """The launch allocates out [B, Hq, Sq, Dv] itself (empty_like(q) where Dv = D), the header
+    names both head dims, and an unsupported one is refused."""
+    src = attention_source(head_dim=192, value_head_dim=128)
+    assert "HEAD_DIM_V = 128" in src and "BLOCK_DV = 128" in src and "BLOCK_D = 256" in src
+    assert "D=192, Dv=128" in src and "v [B, Hkv, Skv, Dv]" in src
+    assert "q.new_empty((B, HQ, SQ, HEAD_DIM_V))" in src and "empty_like" not in src
+    same = attention_source(head_dim=64)
+    assert "torch.empty_like(q)" in same and "new_empty" not in same and "Dv=" not in same
+    assert "BLOCK_DV = 16" in attention_source(head_dim=16, value_head_dim=8)
+    assert "BLOCK_D = 64" in attention_source(head_dim=48, value_head_dim=8)     # padded
+    for bad in (dict(head_dim=64, value_head_dim=0), dict(head_dim=0), dict(head_dim=320)):
+        with pytest.raises(ValueError, match="head_dim"):
+            attention_source(**bad)
+
+
+def _attention_region(q, k, v, is_causal=True, dtype="f32"):
+    """The one-op region the import makes of an SDPA call (kforge.kernel_fallbacks.promote)."""
+    from kforge.kernel_fallbacks import promote
+    from kforge.spec import load_host_plan
+
+    names = ["q", "k", "v"]
+    plan = load_host_plan({
+        "schema": "kforge.host-plan", "version": 1, "function": "main",
+        "inputs": [{"name": n, "shape": list(s), "dtype": dtype, "weight": None}
+                   for n, s in zip(names, (q, k, v))],
+        "values": [{"name": "out", "shape": list(q[:3]) + [v[3]], "dtype": dtype}],
+        "steps": [{"op": "fallback", "name": "aten.scaled_dot_product_attention",
+                   "args": [{"tensor": 0}, {"tensor": 1}, {"tensor": 2}, None, 0.0, is_causal],
+                   "operands": names, "results": ["out"]}],
+        "outputs": ["out"]})
+    _, (spec,) = promote(plan)
+    return spec
+
+
+def test_builtin_provider_verifies_latent_attention():
+    """The builtin writes a kernel for an SDPA region whose values are narrower than its queries
+    and keys, and the real verifier accepts it; a value head dim the kernel has no tile for is
+    refused with the reason."""
+    from kforge.providers.base import GenerationRequest
+    from kforge.providers.builtin import BuiltinProvider, candidates
+    from kforge.verify.verifier import verify_candidate
+
+    spec = _attention_region((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 8))
+    cand = candidates(spec, "cpu", "strict")[0]
+    assert "HEAD_DIM = 16" in cand.source and "HEAD_DIM_V = 8" in cand.source
+    record = verify_candidate(spec, cand, "cpu", "strict")
+    assert record.status == "verified", (record.reason, record.message)
+    # DeepSeek-V3's geometry on the GPU: every configuration renders
+    big = _attention_region((1, 16, 256, 192), (1, 16, 256, 192), (1, 16, 256, 128))
+    for policy in ("strict", "tf32", "bf16"):
+        cands = candidates(big, "cuda", policy)
+        assert cands and all(static_check(c.source) == [] for c in cands)
+    # any width up to 256 is taken (padded); wider ones are refused with the reason
+    assert candidates(_attention_region((1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 12)),
+                      "cpu", "strict")
+    wide = _attention_region((1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 320))
+    req = GenerationRequest(wide, "", "", "strict", "cpu", "functional", 0)
+    assert "value head dim 320" in BuiltinProvider().unsupported(req)
+
+
+def test_deepseek_v3_attention_compiles_for_sm90(tmp_path, repo_root):
+    """The builtin's first kernel for DeepSeek-V3's attention (bf16, queries and keys 192 wide,
+    values 128, causal prefill) compiled for the H200 with the real Triton compiler and ptxas:
+    wgmma, no spills, within the 227 KB of shared memory (the other configurations of
+    attention_configs for wide heads were checked the same way). In a process of its own: in
+    one that imported triton for the interpreter, the real compile of this kernel fails at
+    tl.cdiv (Triton 3.9), a jit helper bound to the interpreter at import."""
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    from kforge.providers.builtin import candidates
+    from kforge.spec import to_json
+
+    spec = _attention_region((1, 16, 512, 192), (1, 16, 512, 192), (1, 16, 512, 128),
+                             dtype="bf16")
+    to_json(spec, tmp_path / "spec.json")
+    (tmp_path / "kernel.py").write_text(candidates(spec, "cuda", "bf16")[0].source)
+    code = (f"import json, pathlib; from kforge.crosscompile import compile_candidate; "
+            f"from kforge.spec import load_spec; d = pathlib.Path({str(tmp_path)!r}); "
+            f"r = compile_candidate((d / 'kernel.py').read_text(), load_spec(d / 'spec.json'), "
+            f"90, name='deepseek_v3_attention'); print(json.dumps([x.to_json() for x in r]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(repo_root / "python")] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (report,) = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["ok"] and report["mma"] == "wgmma", report["error"]
+    assert report["spill_stores"] == 0 and report["shared_bytes"] <= 227 * 1024, report
 
 
 # ------------------------------------------------------------------------------------------------
@@ -359,6 +511,10 @@ KV_APPEND = {
     "empty_cache": ((1, 2, 2, 4, 0, 4, 16), dict(causal=True)),
     "one_cached_one_new": ((1, 2, 1, 1, 1, 1, 16), dict(mask="bool")),
     "bf16": ((2, 4, 2, 1, 45, 1, 32), dict(dtype="bf16", dot_precision="bf16", mask="bool")),
+    "latent_decode_gqa_packed": ((2, 4, 2, 1, 37, 1, 16),
+                                 dict(value_head_dim=8, mask="bool", pack_gqa=True)),
+    "latent_d192_v128_several_new": ((1, 2, 1, 3, 20, 3, 192),
+                                     dict(value_head_dim=128, causal=True)),
 }
 
 
@@ -368,8 +524,9 @@ def test_kv_append_reads_the_cache_and_the_new_keys_in_place(name):
     opts = dict(opts)
     dtype, mask_kind = opts.pop("dtype", "fp32"), opts.pop("mask", None)
     sinks = opts.pop("sinks", False)
-    q, k, v = _inputs(B, Hq, Hkv, Sq, C, D, dtype, seed=7)
-    _, kn, vn = _inputs(B, Hq, Hkv, Sq, N, D, dtype, seed=8)
+    Dv = opts.pop("value_head_dim", D)
+    q, k, v = _inputs(B, Hq, Hkv, Sq, C, D, dtype, seed=7, Dv=Dv)
+    _, kn, vn = _inputs(B, Hq, Hkv, Sq, N, D, dtype, seed=8, Dv=Dv)
     g = torch.Generator().manual_seed(9)
     mask = None
     if mask_kind == "bool":
@@ -377,10 +534,11 @@ def test_kv_append_reads_the_cache_and_the_new_keys_in_place(name):
     elif mask_kind == "additive":
         mask = torch.randn(B, 1, Sq, C + N, generator=g)
     s = torch.randn(Hq, generator=g) if sinks else None
-    mod = _module(head_dim=D, mask=mask_kind, sinks=sinks, gqa_group=Hq // Hkv, dtype=dtype,
-                  kv_append=True, **opts)
+    mod = _module(head_dim=D, value_head_dim=Dv, mask=mask_kind, sinks=sinks,
+                  gqa_group=Hq // Hkv, dtype=dtype, kv_append=True, **opts)
     args = [q, k, kn, v, vn] + ([mask] if mask is not None else []) + ([s] if sinks else [])
     (out,) = mod.launch(*args)
+    assert out.shape == (B, Hq, Sq, Dv)
     ref = reference_attention(q.double(), torch.cat([k, kn], 2).double(),
                               torch.cat([v, vn], 2).double(),
                               mask=None if mask is None else
@@ -390,6 +548,8 @@ def test_kv_append_reads_the_cache_and_the_new_keys_in_place(name):
     _assert_close(out, ref, TOL[dtype])
     with pytest.raises(ValueError, match="do not match the cache"):
         mod.launch(q, k, kn[..., : D // 2], v, vn[..., : D // 2], *args[5:])
+    with pytest.raises(ValueError, match="do not match the cache"):
+        mod.launch(q, k, kn, v, vn[..., : Dv // 2], *args[5:])
 
 
 def test_sources_pass_static_checks():
@@ -443,22 +603,26 @@ def test_launch_does_no_torch_compute(monkeypatch):
 
 
 def test_configs_and_argument_errors():
-    for d in (16, 32, 64, 80, 96, 128):
+    for d in HEAD_DIMS:
+        dv = 128 if d == 192 else d             # DeepSeek-V3's values under its 192-wide keys
         for dt in ("fp32", "bf16", "fp16"):
             for dot, fp32_dot in (("ieee", "tf32x3"), ("ieee", "ieee"), ("tf32", "tf32x3"),
                                   ("bf16", "tf32x3")):
                 for target, seq_q in (("cuda", None), ("cuda", 1), ("cpu", None)):
                     cfgs = attention_configs(d, dt, target, seq_q=seq_q, dot_precision=dot,
-                                             fp32_dot=fp32_dot)
+                                             fp32_dot=fp32_dot, value_head_dim=dv)
                     assert cfgs
                     for cfg in cfgs:        # every config renders a valid source
-                        src = attention_source(head_dim=d, dtype=dt, dot_precision=dot,
-                                               fp32_dot=fp32_dot, gqa_group=4, **cfg)
+                        src = attention_source(head_dim=d, value_head_dim=dv, dtype=dt,
+                                               dot_precision=dot, fp32_dot=fp32_dot,
+                                               gqa_group=4, **cfg)
                         assert static_check(src) == []
                     if seq_q == 1:
                         assert all(c["block_m"] <= 64 for c in cfgs)
                         assert any(c.get("pack_gqa") for c in cfgs)
-    for bad in (dict(head_dim=48), dict(head_dim=64, dtype="fp8"), dict(head_dim=64, window=0),
+    assert 8 in VALUE_HEAD_DIMS and set(HEAD_DIMS) <= set(VALUE_HEAD_DIMS)
+    for bad in (dict(head_dim=0), dict(head_dim=300), dict(head_dim=64, value_head_dim=257),
+                dict(head_dim=64, dtype="fp8"), dict(head_dim=64, window=0),
                 dict(head_dim=64, mask="float"), dict(head_dim=64, dot_precision="fp16"),
                 dict(head_dim=64, block_m=24)):
         with pytest.raises(ValueError):
@@ -490,6 +654,14 @@ GPU_CASES = {  # name: (B, Hq, Hkv, Sq, Skv, D), dtype, dot, options
     "decode_bf16_pack": ((8, 32, 8, 1, 1000, 128), "bf16", "bf16", dict(causal=True, sinks=True)),
     "decode_fp32_pack": ((4, 8, 2, 1, 777, 64), "fp32", "ieee", dict(causal=True, window=300)),
     "chunked_prefill_bf16": ((2, 8, 2, 17, 700, 128), "bf16", "bf16", dict(causal=True)),
+    # DeepSeek-V3's multi-head latent attention: keys 192 wide, values 128
+    "latent_bf16_d192_v128": ((2, 8, 8, 300, 300, 192), "bf16", "bf16",
+                              dict(causal=True, value_head_dim=128)),
+    "latent_fp32_ieee_d192_v128": ((1, 4, 4, 200, 200, 192), "fp32", "ieee",
+                                   dict(causal=True, value_head_dim=128)),
+    "latent_decode_bf16_d192_v128": ((4, 16, 16, 1, 700, 192), "bf16", "bf16",
+                                     dict(causal=True, value_head_dim=128)),
+    "fp32_tf32_d256": ((1, 4, 2, 200, 260, 256), "fp32", "tf32", dict(mask="bool")),
 }
 
 
@@ -497,11 +669,12 @@ def _gpu_case(name, cfg_index=0, all_configs=False):
     shape, dtype, dot, opts = GPU_CASES[name]
     opts = dict(opts)
     B, Hq, Hkv, Sq, Skv, D = shape
+    Dv = opts.pop("value_head_dim", D)
     g = torch.Generator(device="cuda").manual_seed(0)
     dt = TORCH_DT[dtype]
     q = torch.randn(B, Hq, Sq, D, device="cuda", generator=g).to(dt)
     k = torch.randn(B, Hkv, Skv, D, device="cuda", generator=g).to(dt)
-    v = torch.randn(B, Hkv, Skv, D, device="cuda", generator=g).to(dt)
+    v = torch.randn(B, Hkv, Skv, Dv, device="cuda", generator=g).to(dt)
     mask = None
     mkind = opts.pop("mask", None)
     if mkind:
@@ -511,12 +684,14 @@ def _gpu_case(name, cfg_index=0, all_configs=False):
             keep, torch.randn(B, 1, Sq, Skv, device="cuda", generator=g), float("-inf")).to(dt)
     sinks = torch.randn(Hq, device="cuda", generator=g) if opts.pop("sinks", False) else None
     fp32_dot = opts.pop("fp32_dot", "tf32x3")
-    cfgs = attention_configs(D, dtype, "cuda", seq_q=Sq, dot_precision=dot, fp32_dot=fp32_dot)
+    cfgs = attention_configs(D, dtype, "cuda", seq_q=Sq, dot_precision=dot, fp32_dot=fp32_dot,
+                             value_head_dim=Dv)
     tol = 1e-4 if (dtype == "fp32" and dot == "ieee") else 1e-2
     for cfg in (cfgs if all_configs else cfgs[cfg_index:cfg_index + 1]):
-        src = attention_source(head_dim=D, mask=mkind, sinks=sinks is not None,
-                               gqa_group=Hq // Hkv, dtype=dtype, dot_precision=dot,
-                               fp32_dot=fp32_dot, interpret=False, **opts, **cfg)
+        src = attention_source(head_dim=D, value_head_dim=Dv, mask=mkind,
+                               sinks=sinks is not None, gqa_group=Hq // Hkv, dtype=dtype,
+                               dot_precision=dot, fp32_dot=fp32_dot, interpret=False, **opts,
+                               **cfg)
         mod = load_source(src, "kf_test_attention_gpu")
         args = [q, k, v] + ([mask] if mask is not None else []) + \
             ([sinks] if sinks is not None else [])
@@ -540,7 +715,8 @@ def test_gpu_kernel(name, monkeypatch):
 
 @cuda
 @pytest.mark.parametrize("name", ["fp32_ieee_causal_d128", "bf16_causal_d128",
-                                  "fp32_tf32_bool_mask", "decode_bf16_pack"])
+                                  "fp32_tf32_bool_mask", "decode_bf16_pack",
+                                  "latent_bf16_d192_v128", "latent_fp32_ieee_d192_v128"])
 def test_gpu_every_config(name, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     _gpu_case(name, all_configs=True)

@@ -135,8 +135,8 @@ class _KeysAssembledBySlices(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def test_slice_writes_fall_back_and_unequal_head_dims_run_torchs_attention(tmp_path,
-                                                                          kforge_opt):
+def test_slice_writes_fall_back_and_unequal_head_dims_get_the_attention_kernel(tmp_path,
+                                                                              kforge_opt):
     from kforge.build import compile_model
     from kforge.runtime import load_package
     from kforge.synth import SynthOptions
@@ -151,8 +151,9 @@ def test_slice_writes_fall_back_and_unequal_head_dims_run_torchs_attention(tmp_p
     assert [s["name"] for s in plan["steps"] if s.get("op") == "fallback"].count(
         "aten.slice_scatter") == 2
     attention = [r for r in doc["regions"] if r.get("root_kind") == "attention"]
-    assert len(attention) == 1 and attention[0]["status"] == "reference", attention
-    assert "head dims 16, 16, 8" in attention[0]["message"]
+    # values narrower than queries and keys (multi-head latent attention): the builtin's
+    # flash-attention kernel takes a value head dim of its own
+    assert len(attention) == 1 and attention[0]["status"] == "verified", attention
     with torch.no_grad():
         torch.testing.assert_close(load_package(tmp_path / "pkg")(*inputs), model(*inputs),
                                    atol=1e-5, rtol=1e-5)

@@ -6,17 +6,23 @@
 `attention_source(...)` returns the Python source of a self-contained KForge candidate (imports
 only torch, triton, triton.language, math; passes kforge.verify.static.static_check): one
 @triton.jit kernel plus helpers, and `launch(q, k, v[, mask][, sinks]) -> (out,)` that only checks
-shapes, allocates the output (torch.empty_like(q)), takes a broadcasting view of the mask
-(`mask.expand`, stride 0 on broadcast dims, never materialized) and launches the kernel. Every
-shape-independent choice is baked into the source as a module-level constant; B, H, Sq, Skv and
-all strides are read from the tensors at run time, so one source serves every batch/sequence size.
+shapes, allocates the output (torch.empty_like(q), or q.new_empty([B, Hq, Sq, Dv]) where v's
+head dim is not q's), takes a broadcasting view of the mask (`mask.expand`, stride 0 on broadcast
+dims, never materialized) and launches the kernel. Every shape-independent choice is baked into
+the source as a module-level constant; B, H, Sq, Skv and all strides are read from the tensors at
+run time, so one source serves every batch/sequence size.
 
 Semantics (the reference is `reference_attention` below; it equals
 torch.nn.functional.scaled_dot_product_attention wherever that one is defined):
-  * q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D], any strides; Hq == gqa_group * Hkv (query head h
-    reads kv head h // gqa_group); D in {16, 32, 64, 80, 96, 128} (padded to a power of two
-    inside the kernel, with masked loads).
-  * scale defaults to 1/sqrt(D), applied to q.k before the additive mask (as SDPA).
+  * q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv], out [B, Hq, Sq, Dv], any strides;
+    Hq == gqa_group * Hkv (query head h reads kv head h // gqa_group); D from 1 to 256 (the
+    configuration lists were cross-compiled at 16, 32, 64, 80, 96, 128, 192 and 256); Dv = D by
+    default (`value_head_dim`), or another width up to 256: values narrower than queries and
+    keys are multi-head latent attention (DeepSeek-V3: D = 192, 128 without and 64 with rotary
+    embedding, Dv = 128). Both are padded to a power of two of at least 16 (the smallest dot)
+    inside the kernel, with masked loads.
+  * scale defaults to 1/sqrt(D) (q's head dim), applied to q.k before the additive mask (as
+    SDPA).
   * mask: None, "bool" (True = keep) or "additive" (float, added to the scaled logits; -inf or
     finfo.min entries as transformers builds them), broadcastable to [B, Hq, Sq, Skv].
   * causal, bottom-right aligned (KV caches): query i attends key j iff j <= i + (Skv - Sq).
@@ -32,8 +38,8 @@ torch.nn.functional.scaled_dot_product_attention wherever that one is defined):
     older torch did).
     With sinks such a row is 0 either way (the sink takes all the weight). An additive mask of
     finite finfo.min values is *not* "masked": like eager torch, such a row averages v.
-  * dtypes fp32, bf16, fp16 (baked: `dtype`); out has q's dtype and q's layout; fp32 softmax
-    statistics and accumulator.
+  * dtypes fp32, bf16, fp16 (baked: `dtype`); out has q's dtype, and q's layout where Dv = D
+    (else contiguous); fp32 softmax statistics and accumulator.
 
 Precision (`dot_precision`):
   * "ieee": fp32-accurate products. For fp32 operands the dots use
@@ -59,12 +65,13 @@ Precision (`dot_precision`):
     order. The interpreter's "tf32" is exact fp32.
 
 Other API: `attention_configs(head_dim, dtype, target, *, seq_q=None, dot_precision=None,
-fp32_dot="tf32x3")` (block sizes/warps/stages worth trying, as attention_source keyword dicts:
-pass the precision scheme, its register/shared-memory needs differ), `reference_attention(...)`
-(pure torch, any float dtype, float64 for tests), `load_source(src)` (import a rendered source;
-Triton's JIT needs a real file). H200 timing script and results: benchmarks/attention/ (run 1,
-2026-12-01: bf16 causal prefill D=128 387 TFLOP/s = 0.75x torch SDPA's flash kernel; decoding
-with pack_gqa at the memory roofline, 1.0x SDPA; fp32 "ieee" 0.88x SDPA's fp32 kernel).
+fp32_dot="tf32x3", value_head_dim=None)` (block sizes/warps/stages worth trying, as
+attention_source keyword dicts: pass the precision scheme, its register/shared-memory needs
+differ), `reference_attention(...)` (pure torch, any float dtype, float64 for tests),
+`load_source(src)` (import a rendered source; Triton's JIT needs a real file). H200 timing
+script and results: benchmarks/attention/ (run 1, 2026-12-01: bf16 causal prefill D=128 387
+TFLOP/s = 0.75x torch SDPA's flash kernel; decoding with pack_gqa at the memory roofline, 1.0x
+SDPA; fp32 "ieee" 0.88x SDPA's fp32 kernel).
 
 pack_gqa=True puts the gqa_group query heads that share a kv head into one program's rows
 (rows = (head in group, query)), so each K/V tile is loaded once per group: for decoding
@@ -75,7 +82,18 @@ from __future__ import annotations
 import math
 import textwrap
 
-HEAD_DIMS = (16, 32, 64, 80, 96, 128)
+# Any head dim from 1 to MAX_HEAD_DIM is taken, padded to a power of two of at least 16 (a dot's
+# side) with masked loads; HEAD_DIMS are the widths the configuration lists were cross-compiled
+# at for sm_90 (a width between two of them compiles like the next one up: its padded tile).
+# Models bring others: MobileViT-S 36 / 48 / 60, small configs 4 to 8, DeepSeek-V3 192 / 128.
+MAX_HEAD_DIM = 256
+HEAD_DIMS = (16, 32, 64, 80, 96, 128, 192, 256)
+VALUE_HEAD_DIMS = (8,) + HEAD_DIMS      # DeepSeek-V3's multi-head latent attention in small: 8
+
+
+def head_dim_ok(d) -> bool:
+    """Whether the kernel takes `d` as a head dim (of queries and keys, or of values)."""
+    return isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_HEAD_DIM
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 DOT_PRECISIONS = ("ieee", "tf32", "bf16", "fp16x3")
 FP32_DOTS = ("tf32x3", "ieee")
@@ -115,7 +133,8 @@ def _dot_fp16x3(a, b, INTERP: tl.constexpr):
 def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,
                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                BOUNDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-               HEAD_DIM: tl.constexpr, QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr,
+               HEAD_DIM: tl.constexpr, BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+               QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr,
                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASK_KIND: tl.constexpr,
                QK_PREC: tl.constexpr, PV_PREC: tl.constexpr, LOWP: tl.constexpr,
                CAST_KV: tl.constexpr, CHAIN_PV: tl.constexpr, INTERP: tl.constexpr):
@@ -124,19 +143,24 @@ def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start
     row; without it every key of the block is < Skv and in the band of every row."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     n_ok = offs_n < Skv
     d_ok = offs_d < HEAD_DIM
+    dv_ok = offs_dv < HEAD_DIM_V
     kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
-    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd
     if BOUNDS:
         kt = tl.load(kt_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-    elif BLOCK_D != HEAD_DIM:
-        kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
     else:
-        kt = tl.load(kt_ptrs)
-        v = tl.load(v_ptrs)
+        if BLOCK_D != HEAD_DIM:
+            kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+        else:
+            kt = tl.load(kt_ptrs)
+        if BLOCK_DV != HEAD_DIM_V:
+            v = tl.load(v_ptrs, mask=dv_ok[None, :], other=0.0)
+        else:
+            v = tl.load(v_ptrs)
     if CAST_KV:
         kt = kt.to(LOWP)
     if QK_PREC == "fp16x3":
@@ -200,11 +224,12 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
               stride_k2b, stride_k2h, stride_k2n, stride_k2d,
               stride_v2b, stride_v2h, stride_v2n, stride_v2d,
               Sq, Skv, C, n_head_prog,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, GQA: tl.constexpr, PACK: tl.constexpr,
-              QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr, CAUSAL: tl.constexpr,
-              WINDOW: tl.constexpr, MASK_KIND: tl.constexpr, HAS_SINKS: tl.constexpr,
-              SINK_SCALE: tl.constexpr, QK_PREC: tl.constexpr, PV_PREC: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+              BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              GQA: tl.constexpr, PACK: tl.constexpr, QK_SCALE: tl.constexpr,
+              USE_EXP2: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+              MASK_KIND: tl.constexpr, HAS_SINKS: tl.constexpr, SINK_SCALE: tl.constexpr,
+              QK_PREC: tl.constexpr, PV_PREC: tl.constexpr,
               LOWP: tl.constexpr, CAST_Q: tl.constexpr, CAST_KV: tl.constexpr,
               CHAIN_PV: tl.constexpr, ZERO_EMPTY: tl.constexpr, INTERP: tl.constexpr,
               TWO: tl.constexpr):
@@ -265,7 +290,7 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     # key range [lo, hi) that some row of the tile may see, and the sub-range [full_lo,
     # full_hi) that every row sees (no causal/window/Skv masks there)
@@ -293,49 +318,53 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
     for start_n in range(lo, mid_lo, BLOCK_N):
         acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
                                    start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
-                                   stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
-                                   USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
-                                   CAST_KV, CHAIN_PV, INTERP)
+                                   stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
+                                   HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
+                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
     for start_n in range(mid_lo, mid_hi, BLOCK_N):
         acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
                                    start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
-                                   stride_mn, False, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
-                                   USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
-                                   CAST_KV, CHAIN_PV, INTERP)
+                                   stride_mn, False, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
+                                   HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
+                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
     for start_n in range(mid_hi, hi, BLOCK_N):
         acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
                                    start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
-                                   stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, QK_SCALE,
-                                   USE_EXP2, CAUSAL, WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP,
-                                   CAST_KV, CHAIN_PV, INTERP)
+                                   stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
+                                   HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
+                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
 
     if TWO:                                        # the new keys, every block bounded
         for start_n in range(C, hi_all, BLOCK_N):
             acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k2_base, v2_base, mask_rows, row_i,
                                        row_ok, start_n, Skv, off, stride_k2n, stride_k2d,
                                        stride_v2n, stride_v2d, stride_mn, True, BLOCK_N, BLOCK_D,
-                                       HEAD_DIM, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
-                                       QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
+                                       HEAD_DIM, BLOCK_DV, HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL,
+                                       WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP, CAST_KV,
+                                       CHAIN_PV, INTERP)
 
     if ZERO_EMPTY:
         l_i = tl.where(l_i == 0.0, 1.0, l_i)       # no key kept: acc is 0, the row is 0
     out = acc / l_i[:, None]
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dv_ok = offs_dv < HEAD_DIM_V
     o_ptrs = O + (b64 * stride_ob + head64 * stride_oh + row64 * stride_om)[:, None] \\
-        + offs_d[None, :] * stride_od
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        + offs_dv[None, :] * stride_od
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
 '''
 
 _LAUNCH = '''
 
 def launch({params}):
-    """{doc} -> (out,): out [B, Hq, Sq, D] in q's dtype."""
+    """{doc} -> (out,): out [B, Hq, Sq, {dv}] in q's dtype."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v must be 4-d [B, H, S, D]")
     B, HQ, SQ, D = q.shape
     HKV = k.shape[1]
     SKV = k.shape[2]
-    if D != HEAD_DIM or k.shape[3] != HEAD_DIM or v.shape[3] != HEAD_DIM:
-        raise ValueError(f"head dim must be {{HEAD_DIM}}, got q {{tuple(q.shape)}}")
+    if D != HEAD_DIM or k.shape[3] != HEAD_DIM or v.shape[3] != HEAD_DIM_V:
+        raise ValueError(f"head dims must be {{HEAD_DIM}} (q, k) and {{HEAD_DIM_V}} (v), got q "
+                         f"{{tuple(q.shape)}}, k {{tuple(k.shape)}}, v {{tuple(v.shape)}}")
     if k.shape[0] != B or v.shape[0] != B or v.shape[1] != HKV or v.shape[2] != SKV:
         raise ValueError(f"k {{tuple(k.shape)}} and v {{tuple(v.shape)}} do not match q "
                          f"{{tuple(q.shape)}}")
@@ -343,8 +372,7 @@ def launch({params}):
         raise ValueError(f"{{HQ}} query heads != {{GQA_GROUP}} x {{HKV}} kv heads")
     if q.dtype != DTYPE or k.dtype != DTYPE or v.dtype != DTYPE:
         raise ValueError(f"q, k, v must be {{DTYPE}}")
-    o = torch.empty_like(q)
-{kv_code}{mask_code}{sink_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
+{alloc_code}{kv_code}{mask_code}{sink_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
     _attn_fwd[grid](
         q, k, v, o, m, s, k2, v2,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3),
@@ -355,19 +383,26 @@ def launch({params}):
         k2.stride(0), k2.stride(1), k2.stride(2), k2.stride(3),
         v2.stride(0), v2.stride(1), v2.stride(2), v2.stride(3),
         SQ, SKV, C, HQ // HEAD_GROUP,
-        HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        GQA=GQA_GROUP, PACK=PACK_GQA, QK_SCALE=QK_SCALE, USE_EXP2=USE_EXP2, CAUSAL=CAUSAL,
-        WINDOW=WINDOW, MASK_KIND=MASK_KIND, HAS_SINKS=HAS_SINKS, SINK_SCALE=SINK_SCALE,
-        QK_PREC=QK_PREC, PV_PREC=PV_PREC, LOWP=LOWP, CAST_Q=CAST_Q, CAST_KV=CAST_KV,
-        CHAIN_PV=CHAIN_PV, ZERO_EMPTY=ZERO_EMPTY, INTERP=INTERPRET, TWO=KV_APPEND,
+        HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, HEAD_DIM_V=HEAD_DIM_V, BLOCK_DV=BLOCK_DV,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GQA=GQA_GROUP, PACK=PACK_GQA, QK_SCALE=QK_SCALE,
+        USE_EXP2=USE_EXP2, CAUSAL=CAUSAL, WINDOW=WINDOW, MASK_KIND=MASK_KIND,
+        HAS_SINKS=HAS_SINKS, SINK_SCALE=SINK_SCALE, QK_PREC=QK_PREC, PV_PREC=PV_PREC,
+        LOWP=LOWP, CAST_Q=CAST_Q, CAST_KV=CAST_KV, CHAIN_PV=CHAIN_PV, ZERO_EMPTY=ZERO_EMPTY,
+        INTERP=INTERPRET, TWO=KV_APPEND,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return (o,)
 '''
 
+_ALLOC_CODE = '''    o = torch.empty_like(q)
+'''
+_ALLOC_V_CODE = '''    o = q.new_empty((B, HQ, SQ, HEAD_DIM_V))   # Dv != D: contiguous
+'''
+
 _KV_CODE = '''    # the step's new keys and values, appended to the cache without a copy
-    if k_new.dim() != 4 or v_new.dim() != 4 or k_new.shape != v_new.shape or \\
-            k_new.shape[:2] != k.shape[:2] or k_new.shape[3] != HEAD_DIM:
+    if k_new.dim() != 4 or v_new.dim() != 4 or k_new.shape[:3] != v_new.shape[:3] or \\
+            k_new.shape[:2] != k.shape[:2] or k_new.shape[3] != HEAD_DIM or \\
+            v_new.shape[3] != HEAD_DIM_V:
         raise ValueError(f"k_new {tuple(k_new.shape)} / v_new {tuple(v_new.shape)} do not "
                          f"match the cache {tuple(k.shape)}")
     if k_new.dtype != DTYPE or v_new.dtype != DTYPE:
@@ -405,21 +440,31 @@ def _check(cond: bool, msg: str):
         raise ValueError(msg)
 
 
+def _padded(head_dim: int) -> int:
+    """A head dim's tile width: the next power of two, at least 16 (tl.dot's smallest)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
 def attention_source(*, head_dim: int, causal: bool = False, window: int | None = None,
                      scale: float | None = None, mask: str | None = None, sinks: bool = False,
                      gqa_group: int = 1, dtype: str = "fp32", dot_precision: str = "ieee",
                      block_m: int = 64, block_n: int = 64, num_warps: int = 4,
                      num_stages: int = 2, interpret: bool = False, fp32_dot: str = "tf32x3",
                      pack_gqa: bool = False, masked_rows: str = "zero",
-                     kv_append: bool = False) -> str:
+                     kv_append: bool = False, value_head_dim: int | None = None) -> str:
     """The source of a KForge candidate computing attention with these baked options.
 
     `launch(q, k, v[, mask][, sinks])` (mask when `mask` is set, sinks when `sinks`) returns
     (out,). With `kv_append`, `launch(q, k, k_new, v, v_new[, mask][, sinks])`: the keys are
     k's followed by k_new's along the sequence (a KV cache and the step's own keys), read where
-    they lie, never concatenated; masks and causality index the whole sequence. See the module
-    docstring for the semantics and precision policies."""
-    _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    they lie, never concatenated; masks and causality index the whole sequence. v (and v_new)
+    are `value_head_dim` wide (default: head_dim), and so is out. See the module docstring for
+    the semantics and precision policies."""
+    _check(head_dim_ok(head_dim), f"head_dim must be 1..{MAX_HEAD_DIM}, got {head_dim}")
+    if value_head_dim is None:
+        value_head_dim = head_dim
+    _check(head_dim_ok(value_head_dim),
+           f"value_head_dim must be 1..{MAX_HEAD_DIM}, got {value_head_dim}")
     _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     _check(dot_precision in DOT_PRECISIONS,
            f"dot_precision must be one of {DOT_PRECISIONS}, got {dot_precision!r}")
@@ -453,7 +498,9 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
 
     consts = [  # (assignment, comment)
         (f"HEAD_DIM = {head_dim}", ""),
-        (f"BLOCK_D = {1 << (head_dim - 1).bit_length()}", "head_dim padded to a power of two"),
+        (f"BLOCK_D = {_padded(head_dim)}", "head_dim padded to a power of two"),
+        (f"HEAD_DIM_V = {value_head_dim}", "v's and out's head dim"),
+        (f"BLOCK_DV = {_padded(value_head_dim)}", "likewise padded (at least 16: a dot's side)"),
         (f"BLOCK_M = {block_m}", ""),
         (f"BLOCK_N = {block_n}", ""),
         (f"NUM_WARPS = {num_warps}", ""),
@@ -483,7 +530,8 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     ]
     params = (["q", "k", "k_new", "v", "v_new"] if kv_append else ["q", "k", "v"]) + \
         (["mask"] if mask else []) + (["sinks"] if sinks else [])
-    feats = [f"D={head_dim}", dtype, f"dot={dot_precision}"]
+    feats = [f"D={head_dim}"] + ([f"Dv={value_head_dim}"] if value_head_dim != head_dim
+                                 else []) + [dtype, f"dot={dot_precision}"]
     if causal:
         feats.append("causal")
     if window:
@@ -496,12 +544,15 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         feats.append(f"gqa={gqa_group}")
     if kv_append:
         feats.append("kv append")
+    dv = "D" if value_head_dim == head_dim else "Dv"
+    shapes = "q [B, Hq, Sq, D], " + ("k/v [B, Hkv, Skv, D]" if dv == "D" else
+                                     "k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]")
     header = textwrap.dedent(f'''\
         """Flash-attention forward, generated by kforge.kernels.attention.
 
         {", ".join(feats)}
 
-        launch({", ".join(params)}) -> (out,); q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D].
+        launch({", ".join(params)}) -> (out,); {shapes}.
         """
         import math
 
@@ -511,7 +562,8 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
 
         ''')
     launch = _LAUNCH.format(
-        params=", ".join(params), doc=f"launch({', '.join(params)})",
+        params=", ".join(params), doc=f"launch({', '.join(params)})", dv=dv,
+        alloc_code=_ALLOC_CODE if value_head_dim == head_dim else _ALLOC_V_CODE,
         kv_code=_KV_CODE if kv_append else _NO_KV_CODE,
         mask_code=_MASK_CODE if mask else _NO_MASK_CODE,
         sink_code=_SINK_CODE if sinks else _NO_SINK_CODE)
@@ -521,7 +573,7 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
 
 def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
                       seq_q: int | None = None, dot_precision: str | None = None,
-                      fp32_dot: str = "tf32x3") -> list[dict]:
+                      fp32_dot: str = "tf32x3", value_head_dim: int | None = None) -> list[dict]:
     """Launch configurations worth timing, best guess first, as attention_source keywords.
 
     target "cuda" (H200, sm_90) or "cpu" / "interpreter" (small tiles: the interpreter's cost
@@ -531,8 +583,13 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     3.9, D=64/128 causal): every entry lowers to wgmma (BLOCK_M 64/128, 4/8 warps; decoding's
     BLOCK_M=16 uses mma.sync), fits the 227 KB of shared memory and spills nothing or a few dozen
     bytes. Order: measured best first where benchmarks/attention/NOTES.md has a measurement
-    (H200, D=128 bf16/fp32 prefill, decoding, D=64 sliding window), else a guess."""
-    _check(head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}")
+    (H200, D=128 bf16/fp32 prefill, decoding, D=64 sliding window), else a guess. Tiles are
+    sized for the wider of the q/k and v head dims (`value_head_dim`, default head_dim); head
+    dims over 128 have lists of their own (_wide_head_configs)."""
+    _check(head_dim_ok(head_dim), f"head_dim must be 1..{MAX_HEAD_DIM}, got {head_dim}")
+    value_head_dim = head_dim if value_head_dim is None else value_head_dim
+    _check(head_dim_ok(value_head_dim),
+           f"value_head_dim must be 1..{MAX_HEAD_DIM}, got {value_head_dim}")
     _check(dtype in DTYPES, f"dtype must be one of {tuple(DTYPES)}")
     if dot_precision is None:
         dot_precision = "ieee" if dtype == "fp32" else "bf16"
@@ -544,7 +601,10 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     if target in ("cpu", "interpreter", "interpret"):
         return [c(16, 16, 4, 1), c(32, 32, 4, 1)]
     _check(target == "cuda", f"target must be 'cuda' or 'cpu', got {target!r}")
-    big = head_dim > 64                     # BLOCK_D 128
+    if max(head_dim, value_head_dim) > 128:         # BLOCK_D or BLOCK_DV 256
+        d192 = head_dim <= 192 and value_head_dim <= 128
+        return _wide_head_configs(dtype, seq_q, dot_precision, fp32_dot, d192, c)
+    big = max(head_dim, value_head_dim) > 64        # BLOCK_D or BLOCK_DV 128
     if seq_q is not None and seq_q <= 16:
         if dot_precision == "ieee":
             return [c(16, 64, 4, 3, pack_gqa=True), c(16, 32, 4, 3, pack_gqa=True),
@@ -581,13 +641,67 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
             else [c(128, 64, 8, 3), c(128, 128, 8, 3), c(64, 64, 4, 4), c(128, 64, 4, 3)])
 
 
+def _wide_head_configs(dtype: str, seq_q: int | None, dot_precision: str, fp32_dot: str,
+                       d192: bool, c) -> list[dict]:
+    """attention_configs for head dims over 128 (BLOCK_D or BLOCK_DV 256), chosen from
+    cross-compiles for sm_90 (kforge.crosscompile, Triton 3.9, ptxas; causal prefill and
+    decoding over a cache, fp32 and bf16, every scheme of the builtin's policies). `d192`:
+    D = 192 with Dv <= 128 (DeepSeek-V3's 192 / 128), where larger tiles fit; else the lists
+    checked at D = Dv = 256. Every entry compiles, fits the 227 KB of shared memory and spills
+    nothing, except: fp32 3xTF32 spills at every tile tried (the q tile and its split take the
+    registers), and at D = Dv = 256 so do fp16x3, 16-bit q@k^T with 3xTF32 or FMA p@v, and
+    16-bit decoding's 16x32 (4 bytes); there the entries spilled least. Not yet timed on a GPU:
+    the order is a guess, larger tiles first."""
+    f32 = dtype == "fp32"
+    pack = dict(pack_gqa=True)
+    if seq_q is not None and seq_q <= 16:
+        if dot_precision == "ieee" and fp32_dot == "ieee":      # plain fp32 FMA
+            return [c(16, 16, 4, 2, **pack), c(16, 32, 4, 1, **pack)]
+        if f32 and dot_precision == "ieee":
+            # 3xTF32: 56 / 64 bytes of spills at 192 / 128, 136 / 96 at 256 / 256; wider
+            # tiles over 1 KB
+            return [c(16, 32, 4, 2, **pack), c(16, 32, 4, 3, **pack)]
+        if f32 and dot_precision == "tf32":
+            return [c(16, 64, 4, 2, **pack), c(16, 32, 4, 3, **pack), c(64, 32, 4, 2, **pack),
+                    c(16, 32, 4, 2, **pack)]
+        if f32 or dot_precision == "ieee":   # bf16 / fp16x3 tiles of fp32, or 3xTF32 p@v
+            return ([c(16, 64, 4, 3, **pack), c(16, 32, 4, 3, **pack), c(16, 32, 4, 2, **pack)]
+                    if d192 else [c(16, 32, 4, 3, **pack), c(16, 32, 4, 2, **pack)])
+        return ([c(64, 64, 4, 3, **pack), c(16, 128, 4, 3, **pack), c(16, 64, 4, 3, **pack),
+                 c(16, 64, 4, 3)] if d192 else
+                [c(64, 32, 4, 2, **pack), c(16, 64, 4, 3, **pack), c(16, 32, 4, 3, **pack),
+                 c(16, 64, 4, 3)])
+    if dot_precision == "ieee" and fp32_dot == "ieee":          # plain fp32 FMA
+        # (16-bit q@k^T with an FMA p@v at 256 / 256: 1-1.3 KB of spills)
+        return [c(64, 16, 8, 2), c(64, 16, 8, 1), c(32, 16, 4, 1)]
+    if f32 and dot_precision == "ieee":
+        # 3xTF32 on fp32 q, k, v: 840 / 900 / 1112 bytes of spills at 192 / 128 (1.8-2.4 KB at
+        # 256); 128-row tiles spill less but need 288 KB of shared memory or more
+        return [c(64, 16, 4, 1), c(64, 16, 4, 2), c(64, 16, 8, 1)]
+    if f32 and dot_precision == "tf32":
+        return ([c(128, 32, 8, 2), c(128, 64, 8, 1), c(128, 16, 8, 2), c(64, 32, 4, 2)] if d192
+                else [c(128, 32, 8, 1), c(128, 16, 8, 2), c(128, 16, 8, 1), c(64, 16, 4, 2)])
+    if f32 and dot_precision == "bf16":
+        return ([c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 64, 8, 2), c(64, 32, 4, 3)] if d192
+                else [c(64, 32, 8, 1), c(64, 16, 8, 1)])
+    if f32:                                      # fp16x3; at 256 / 256 148-248 bytes of spills
+        return ([c(128, 64, 8, 1), c(128, 32, 8, 2), c(128, 16, 8, 2), c(64, 32, 4, 1)] if d192
+                else [c(64, 16, 8, 1), c(64, 32, 8, 1), c(128, 16, 8, 1)])
+    if dot_precision == "ieee":          # 16-bit q@k^T, 3xTF32 p@v; at 256 / 256 100 / 444 bytes
+        return ([c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 32, 4, 3), c(64, 64, 4, 2)] if d192
+                else [c(64, 16, 8, 1), c(64, 32, 8, 1)])
+    return ([c(128, 64, 8, 3), c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 64, 4, 3)] if d192
+            else [c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 32, 4, 3), c(128, 32, 8, 2)])
+
+
 def reference_attention(q, k, v, mask=None, causal: bool = False, window: int | None = None,
                         scale: float | None = None, sinks=None, masked_rows: str = "zero"):
     """Attention in plain torch, in q's dtype (pass float64 tensors for an exact reference).
 
     Same semantics as the generated kernel (module docstring): GQA by repeating kv heads,
     bottom-right causal, sliding window, bool/additive mask broadcast to [B, Hq, Sq, Skv],
-    gpt-oss sinks, fully masked rows 0 (masked_rows="zero") or NaN ("nan")."""
+    gpt-oss sinks, fully masked rows 0 (masked_rows="zero") or NaN ("nan"); v may have another
+    head dim than q and k (out is [B, Hq, Sq, v's]), the default scale is q's 1/sqrt(D)."""
     import torch
 
     B, Hq, Sq, D = q.shape

@@ -1,7 +1,8 @@
 """The builtin's attention regions: a fused flash-attention kernel (kforge.kernels.attention).
 
 An attention region (kforge.kernel_fallbacks) is one `aten.scaled_dot_product_attention` op;
-its arguments say what the kernel must compute (mask kind, causal, scale, GQA), the policy says
+its arguments say what the kernel must compute (mask kind, causal, scale, GQA, the head dims of
+queries and keys and of values, which may differ: multi-head latent attention), the policy says
 how its products are taken:
 
 | policy | q@k^T and p@v |
@@ -83,21 +84,27 @@ def _options(spec, target) -> dict:
         mask = "bool" if m.dtype == "i1" else "additive" if m.dtype in OPERAND_DTYPES else None
         if mask is None:
             raise CannotGenerate(f"attention: {m.dtype} mask")
-    from kforge.kernels.attention import HEAD_DIMS
-    if d not in HEAD_DIMS:
-        raise CannotGenerate(f"attention: head dim {d}")
-    dv = spec.args[p["value"]].shape[3] if len(spec.args[p["value"]].shape) == 4 else None
-    if k.shape[3] != d or dv != d:
-        # DeepSeek's multi-head latent attention: queries and keys 16 wide, values 8 (say)
-        raise CannotGenerate(f"attention: query, key and value head dims {d}, {k.shape[3]}, "
-                             f"{dv}: the builtin's kernel takes one head dim for all three")
+    from kforge.kernels.attention import MAX_HEAD_DIM, head_dim_ok
+    if not head_dim_ok(d):
+        raise CannotGenerate(f"attention: query head dim {d}: the builtin's kernel takes 1 to "
+                             f"{MAX_HEAD_DIM}")
+    if k.shape[3] != d:
+        raise CannotGenerate(f"attention: query and key head dims differ ({d}, {k.shape[3]})")
+    # values may be narrower (or wider) than queries and keys: DeepSeek's multi-head latent
+    # attention, queries and keys 192 wide, values 128
+    v = spec.args[p["value"]]
+    dv = v.shape[3] if len(v.shape) == 4 else None
+    if not head_dim_ok(dv):
+        raise CannotGenerate(f"attention: value head dim {dv}: the builtin's kernel takes 1 to "
+                             f"{MAX_HEAD_DIM}")
     sinks = p["sinks"] is not None
     if sinks and (spec.args[p["sinks"]].shape != (hq,) or spec.args[p["sinks"]].dtype
                   not in OPERAND_DTYPES):
         raise CannotGenerate("attention: sinks must be one float per query head")
-    return {"head_dim": d, "causal": bool(p["is_causal"]), "scale": p["scale"], "mask": mask,
-            "gqa_group": group, "dtype": dtype, "interpret": target.name == "cpu",
-            "sinks": sinks, "kv_append": kv_append, "_seq_q": sq}
+    return {"head_dim": d, "value_head_dim": dv, "causal": bool(p["is_causal"]),
+            "scale": p["scale"], "mask": mask, "gqa_group": group, "dtype": dtype,
+            "interpret": target.name == "cpu", "sinks": sinks, "kv_append": kv_append,
+            "_seq_q": sq}
 
 
 def attention_space(spec, target, precision: str) -> list[dict]:
@@ -116,7 +123,8 @@ def attention_space(spec, target, precision: str) -> list[dict]:
     for scheme in schemes:
         tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],
                                   dot_precision=scheme["dot_precision"],
-                                  fp32_dot=scheme.get("fp32_dot", "tf32x3"))
+                                  fp32_dot=scheme.get("fp32_dot", "tf32x3"),
+                                  value_head_dim=opts["value_head_dim"])
         for tile in tiles:
             space.append({**tile, **scheme})
     return space
