@@ -945,6 +945,20 @@ def test_fp16x1_first_where_its_pass_costs_no_more_than_the_product(m, n, k, fir
     assert builtin_kernels.fp16x1_first(None, get_target("cuda"), stage) is first
 
 
+def _first_kernels(model, inputs, tmp_path, precision="strict"):
+    """A module exported to regions, each with the builtin's first candidate loaded:
+    (plan, specs, weights, kernels for run_host_plan, the candidates' sources)."""
+    plan, weights = export_regions(model, inputs, tmp_path)
+    specs = {s.call: load_spec(Path(plan.directory) / f"{s.call}.json")
+             for s in plan.steps if hasattr(s, "call")}
+    kernels, sources = {}, []
+    for h, s in specs.items():
+        sources.append(candidates(s, "cpu", precision)[0].source)
+        module = load_candidate(sources[-1], tmp_path / f"k_{h}_{precision}.py")
+        kernels[h] = (lambda m, sp: lambda *a: run_candidate(m, sp, a))(module, s)
+    return plan, specs, weights, kernels, sources
+
+
 class _BoolMask(torch.nn.Module):
     """transformers' mask builders start from an all-True tensor and `&` conditions onto it
     (Gemma-2's causal and padding masks): a splat i1 constant in the region."""
@@ -965,15 +979,9 @@ def test_i1_splat_constants_are_bools(tmp_path):
     model = _BoolMask()
     inputs = [torch.arange(8).view(8, 1), torch.arange(8).view(1, 8),
               torch.tensor([[0, 1, 2, 3, 4, 5, 0, 0]]).view(1, 8)]
-    plan, weights = export_regions(model, inputs, tmp_path)
-    specs = {s.call: load_spec(Path(plan.directory) / f"{s.call}.json")
-             for s in plan.steps if hasattr(s, "call")}
-    kernels = {}
-    for h, s in specs.items():
-        source = candidates(s, "cpu", "strict")[0].source
+    plan, specs, weights, kernels, sources = _first_kernels(model, inputs, tmp_path)
+    for source in sources:
         assert not re.search(r"\b1 & |& 1\b", source), source
-        module = load_candidate(source, tmp_path / f"k_{h}.py")
-        kernels[h] = (lambda m, sp: lambda *a: run_candidate(m, sp, a))(module, s)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="tl.where with a non-boolean condition")
         got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)
@@ -994,14 +1002,8 @@ def test_compares_of_constants_fold_to_bools(tmp_path):
     from kforge.reference import run_host_plan
     model = _Downsample()
     inputs = [torch.randn(2, 4, 2, 2)]
-    plan, weights = export_regions(model, inputs, tmp_path)
-    specs = {s.call: load_spec(Path(plan.directory) / f"{s.call}.json")
-             for s in plan.steps if hasattr(s, "call")}
-    kernels = {}
-    for h, s in specs.items():
-        source = candidates(s, "cpu", "strict")[0].source
+    plan, specs, weights, kernels, sources = _first_kernels(model, inputs, tmp_path)
+    for source in sources:
         assert "~(" not in source or "~(x" in source, source
-        module = load_candidate(source, tmp_path / f"k_{h}.py")
-        kernels[h] = (lambda m, sp: lambda *a: run_candidate(m, sp, a))(module, s)
     got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)
     torch.testing.assert_close(got[0], model(*inputs), atol=1e-6, rtol=1e-6)
