@@ -12,7 +12,7 @@ import torch
 
 from kforge.providers.base import Feedback, GenerationRequest
 from kforge.providers.builtin import (BuiltinProvider, CannotGenerate, analyze_region,
-                                      candidates, config_space, generate_source)
+                                      candidates, config_space, generate_source, region_shape)
 from kforge.reference import reference_fn
 from kforge.spec import load_spec
 from kforge.targets import get_target
@@ -766,9 +766,11 @@ def test_builtin_kernels_on_3d_models(exported_3d, name, precision, tmp_path):
     for h, s in specs.items():
         cands = candidates(s, "cpu", precision)
         assert cands, f"no builtin kernel for region {h} ({s.root_kind}: {s.fused})"
-        # the first configuration keeps the GEMM's own tile (no split-K epilogue detour)
-        assert generate_source(s, get_target("cpu"), precision, config_space(s, "cpu",
-                                                                              precision)[0])
+        # the first configuration keeps the GEMM's own tile (no split-K epilogue detour), in
+        # the cut the provider chose for the region
+        shape = region_shape(s, "cpu", precision)
+        assert generate_source(s, get_target("cpu"), precision,
+                               config_space(s, "cpu", precision, shape)[0], shape)
         module = load_candidate(cands[0].source, tmp_path / f"k_{h}_{precision}.py")
         kernels[h] = (lambda m, sp: lambda *a: run_candidate(m, sp, a))(module, s)
     got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)

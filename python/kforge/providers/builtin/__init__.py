@@ -15,13 +15,14 @@ from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
 from kforge.providers.builtin.attention import attention_source_for, attention_space, is_attention
 from kforge.providers.builtin.moe import is_moe, moe_source_for, moe_space
 from kforge.providers.builtin.emitter import CannotGenerate
-from kforge.providers.builtin.kernels import (FP16X3, RegionShape, analyze_region,
-                                              gemm_input_precisions, generate_source, problem_of,
-                                              stage_configs, tma_configs)
+from kforge.providers.builtin.kernels import (FP16X3, FUSED, NARROW, SPLIT, RegionShape,
+                                              analyze_region, gemm_input_precisions,
+                                              generate_source, problem_of, stage_configs,
+                                              tma_configs)
 from kforge.targets import get_target
 
-__all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "config_space",
-           "generate_source", "candidates", "kernel_metadata"]
+__all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "region_shape",
+           "config_space", "generate_source", "candidates", "kernel_metadata"]
 
 
 def _op_region(spec):
@@ -37,8 +38,30 @@ def _op_region(spec):
 def _shape_and_space(spec, target, precision: str) -> tuple[RegionShape | None, list[dict]]:
     """The region's shape (None for a one-op region) and its configuration space; raises
     CannotGenerate where the builtin writes no kernel for the region."""
-    shape = None if _op_region(spec) is not None else analyze_region(spec)
+    shape = None if _op_region(spec) is not None else region_shape(spec, target, precision)
     return shape, config_space(spec, target, precision, shape)
+
+
+def region_shape(spec, target, precision: str) -> RegionShape:
+    """The region's cut (kernels.analyze_region): the fused one where the emitter generates a
+    kernel for some configuration of its space, else the first finer one where it does (SPLIT:
+    Swin's window reverse permutes a GEMM's rows before its layer norm; NARROW: OLMo-2's q norm
+    over rows the head transpose reorders), else the fused one, whose refusals unsupported()
+    reports. One cut a region: the configurations of a region the fused cut serves are what
+    they were before the finer cuts existed."""
+    target = get_target(target)
+    fused = analyze_region(spec)
+    if not any(st.reductions for st in fused.stages or [fused]):
+        return fused
+    for cut in (FUSED, SPLIT, NARROW):
+        shape = fused if cut == FUSED else analyze_region(spec, cut)
+        for config in config_space(spec, target, precision, shape):
+            try:
+                generate_source(spec, target, precision, config, shape)
+                return shape
+            except (CannotGenerate, ValueError):
+                continue
+    return fused
 
 
 def config_space(spec, target, precision: str, shape: RegionShape | None = None) -> list[dict]:
@@ -47,7 +70,7 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
     op_region = _op_region(spec)
     if op_region is not None:
         return op_region[0](spec, target, precision)
-    shape = shape or analyze_region(spec)
+    shape = shape or region_shape(spec, target, precision)
     if shape.kind == "gemm":
         out, fallback = [], []
         schemes = gemm_input_precisions(spec, target, precision, shape)
@@ -269,8 +292,7 @@ class BuiltinProvider(Provider):
         if _op_region(request.spec) is not None:
             return ()           # the loop times every tile configuration in order
         try:
-            shape = analyze_region(request.spec)
-            space = config_space(request.spec, target, request.precision, shape)
+            shape, space = _shape_and_space(request.spec, target, request.precision)
         except CannotGenerate:
             return ()
         return analyze_profile(request.spec, target, request.precision, shape, space, profile)

@@ -107,8 +107,8 @@ def _contraction(spec: KernelSpec, op: GenericOp) -> Contraction | None:
     return Contraction(op, ia, ib, batch, m, n, k, sizes)
 
 
-# How finely analyze_region cuts a region with row reductions; generate_source tries them in
-# order until the emitter takes one: fused (a GEMM's reductions on its tile or in its rows
+# How finely analyze_region cuts a region with row reductions; the provider's region_shape
+# takes the first that the emitter generates for some configuration: FUSED (a GEMM's reductions on its tile or in its rows
 # kernel), SPLIT (the reductions in a rows stage of their own, reading the stored product),
 # NARROW (besides, rows stages store only one value per row; every wider output is finished by
 # an elementwise stage from the stored product and those values).
@@ -1420,28 +1420,9 @@ def generate_source(spec: KernelSpec, target, precision: str, config: dict,
                     shape: RegionShape | None = None) -> str:
     """The Python source of one candidate (kernels, optional prepare_weights, launch).
     `config` tunes the first stage; later stages take their kind's first configuration.
-    Where the emitter refuses the region's cut (a layer norm over rows that a permutation of
-    the product's rows feeds: Swin's window reverse; a norm's rows that are not its output's:
-    OLMo-2's q norm before the head transpose), the finer cuts are tried (SPLIT, NARROW)."""
+    `shape`: the region's cut (default: the fused one; the provider passes the cut its
+    region_shape chose)."""
     shape = shape or analyze_region(spec)
-    try:
-        return _generate(spec, target, precision, config, shape)
-    except CannotGenerate:
-        if not any(st.reductions for st in shape.stages or [shape]):
-            raise
-        for cut in (SPLIT, NARROW):
-            finer = analyze_region(spec, cut)
-            if finer.kind != shape.kind:
-                continue            # `config` is for the first stage's kind
-            try:
-                return _generate(spec, target, precision, config, finer)
-            except CannotGenerate:
-                pass
-        raise
-
-
-def _generate(spec: KernelSpec, target, precision: str, config: dict,
-              shape: RegionShape) -> str:
     b = _Builder(spec, target, precision)
     stages = shape.stages or [shape]
     for i, stage in enumerate(stages):
