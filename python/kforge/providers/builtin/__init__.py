@@ -55,13 +55,25 @@ def region_shape(spec, target, precision: str) -> RegionShape:
         return fused
     for cut in (FUSED, SPLIT, NARROW):
         shape = fused if cut == FUSED else analyze_region(spec, cut)
-        for config in config_space(spec, target, precision, shape):
-            try:
-                generate_source(spec, target, precision, config, shape)
-                return shape
-            except (CannotGenerate, ValueError):
-                continue
+        if _refusals(spec, target, precision, shape,
+                     config_space(spec, target, precision, shape)) is None:
+            return shape
     return fused
+
+
+def _refusals(spec, target, precision: str, shape: RegionShape,
+              space: list[dict]) -> list[str] | None:
+    """None where the emitter generates a kernel for some configuration of `space` in this
+    cut (it stops at the first), else what it said for each, without repeats."""
+    reasons: list[str] = []
+    for config in space:
+        try:
+            generate_source(spec, target, precision, config, shape)
+            return None
+        except (CannotGenerate, ValueError) as exc:
+            if str(exc) not in reasons:
+                reasons.append(str(exc))
+    return reasons
 
 
 def config_space(spec, target, precision: str, shape: RegionShape | None = None) -> list[dict]:
@@ -105,12 +117,14 @@ def _config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def candidates(spec, target, precision: str, configs: list[dict] | None = None) -> list[Candidate]:
-    """Candidates for the given configurations (default: the whole space), in order."""
+def candidates(spec, target, precision: str, configs: list[dict] | None = None, *,
+               shaped: tuple | None = None) -> list[Candidate]:
+    """Candidates for the given configurations (default: the whole space), in order.
+    `shaped`: the region's (shape, space) where the caller has it (_shape_and_space)."""
     target = get_target(target)
     op_region = _op_region(spec)
     try:
-        shape, space = _shape_and_space(spec, target, precision)
+        shape, space = shaped or _shape_and_space(spec, target, precision)
     except CannotGenerate:
         return []
     out = []
@@ -146,7 +160,7 @@ def _screen_here(target) -> bool:
 
 
 def _screened(spec, target, precision: str, eligible: list[dict], want: int,
-              shape: RegionShape | None) -> list[Candidate]:
+              shaped: tuple) -> list[Candidate]:
     """Where the GPU is absent nothing can be timed, but everything can be compiled for it
     (Target.cross_compile): propose, in the usual order, configurations whose kernels compile
     for the target's architecture without register spills (where the compiler reports them;
@@ -155,6 +169,7 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
     after XCOMPILE_TRIES without one, the first in order. The screen's finding goes into the
     candidate's notes."""
     from kforge.crosscompile import candidate_job
+    shape = shaped[0]
     if shape is not None and shape.kind == "gemm" and precision in ("bf16", "tf32"):
         # the more accurate schemes are for a rejected kernel, not for a spill
         schemes = gemm_input_precisions(spec, target, precision, shape)
@@ -163,7 +178,7 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
         eligible = [c for c in eligible if c not in accurate] + accurate
     picked, fallback = [], []
     for config in eligible[:XCOMPILE_TRIES + want - 1]:
-        found = candidates(spec, target, precision, [config])
+        found = candidates(spec, target, precision, [config], shaped=shaped)
         if not found:
             continue
         cand = found[0]
@@ -171,7 +186,7 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
             reports = target.cross_compile([candidate_job(cand.source, spec,
                                                           name=f"r{spec.hash}")])[0]
         except Exception:   # noqa: BLE001 - the screen must never stop a compile
-            return candidates(spec, target, precision, eligible[:want])
+            return candidates(spec, target, precision, eligible[:want], shaped=shaped)
         spills = sum((r.spill_stores or 0) for r in reports)
         errors = [r for r in reports if not r.ok]
         mma = next((r.mma for r in reports if r.mma), "")
@@ -191,7 +206,7 @@ def _screened(spec, target, precision: str, eligible: list[dict], want: int,
         else:
             fallback.append(cand)
     return (picked + fallback)[:want] if picked or fallback else \
-        candidates(spec, target, precision, eligible[:want])
+        candidates(spec, target, precision, eligible[:want], shaped=shaped)
 
 
 def candidate_id_prefix(spec_hash: str, precision: str, target_name: str) -> str:
@@ -264,8 +279,9 @@ class BuiltinProvider(Provider):
             eligible.append(config)
         if _screen_here(target):
             return _screened(spec, target, request.precision, eligible, request.num_candidates,
-                             shape)
-        return candidates(spec, target, request.precision, eligible[:request.num_candidates])
+                             (shape, space))
+        return candidates(spec, target, request.precision, eligible[:request.num_candidates],
+                          shaped=(shape, space))
 
     def unsupported(self, request: GenerationRequest) -> str | None:
         target = get_target(request.target)
@@ -277,14 +293,9 @@ class BuiltinProvider(Provider):
             return None
         # the region's shape is one the builtin knows, but its emitter may still refuse every
         # configuration (an output it cannot store from the kernel's tile): say what it said
-        reasons: list[str] = []
-        for config in space:
-            try:
-                generate_source(request.spec, target, request.precision, config, shape)
-                return None
-            except (CannotGenerate, ValueError) as exc:
-                if str(exc) not in reasons:
-                    reasons.append(str(exc))
+        reasons = _refusals(request.spec, target, request.precision, shape, space)
+        if reasons is None:
+            return None
         return "; ".join(reasons) if reasons else "no configuration fits the region"
 
     def analyze(self, request: GenerationRequest, profile: dict) -> tuple[str, ...]:

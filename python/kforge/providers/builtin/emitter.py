@@ -188,30 +188,27 @@ def _scalar(value, dtype: str):
     return bool(int(value)) if dtype == "i1" else int(value)
 
 
-_COMPARE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
-            "gt": operator.gt, "ge": operator.ge}
+_PY_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+               ">": operator.gt, ">=": operator.ge}
 
 
 def _fold_compare(op: str, pred: str, x, y) -> bool:
-    """arith.cmpf / arith.cmpi of two constants: o<p> is false and u<p> true where either is
-    NaN; cmpi's unsigned predicates compare the same non-negative index constants."""
+    """arith.cmpf / arith.cmpi of two constants, through the tables that spell them (_CMPI,
+    _ORDERED, _UNORDERED_NOT): Python's float compares are IEEE's, false on a NaN, so o<p> is
+    false and u<p> = not o<inverse> true where either is NaN."""
     if op == "arith.cmpi":
-        rel = {"slt": "lt", "sle": "le", "sgt": "gt", "sge": "ge", "ult": "lt", "ule": "le",
-               "ugt": "gt", "uge": "ge"}.get(pred, pred)
-        if rel not in _COMPARE:
+        if pred not in _CMPI:
             raise CannotGenerate(f"arith.cmpi {pred}")
-        return bool(_COMPARE[rel](x, y))
-    nan = math.isnan(x) or math.isnan(y)
-    if pred in ("false", "true"):
-        return pred == "true"
-    if pred in ("ord", "uno"):
-        return nan == (pred == "uno")
-    rel = {"one": "ne", "ueq": "eq"}.get(pred, pred[1:])
-    if rel not in _COMPARE or pred[0] not in "ou":
+        return _PY_COMPARE[_CMPI[pred]](x, y)
+    if pred in _ORDERED:
+        return _PY_COMPARE[_ORDERED[pred]](x, y)
+    if pred in _UNORDERED_NOT:
+        return not _PY_COMPARE[_UNORDERED_NOT[pred]](x, y)
+    other = {"une": x != y, "one": x < y or x > y, "ueq": not (x < y or x > y),
+             "ord": x == x and y == y, "uno": x != x or y != y, "true": True, "false": False}
+    if pred not in other:
         raise CannotGenerate(f"arith.cmpf {pred}")
-    if nan:
-        return pred[0] == "u"
-    return bool(_COMPARE[rel](x, y))
+    return other[pred]
 
 
 class Emitter:
