@@ -18,6 +18,10 @@ Cases (--cases, comma-separated names; default all):
   mha_causal_fp32_tf32   the same, dot "tf32"
   gptoss_swa_sinks_bf16  B=4 Hq=64 Hkv=8 S=2048 D=64 causal window=128 + sinks, bf16 (baseline:
                      SDPA with the band as a bool mask, no sinks: a timing reference only)
+  mla_causal_bf16    B=4  Hq=Hkv=32 S=2048 D=192 Dv=128 causal bf16 (DeepSeek-V3's head dims)
+  mla_causal_fp32    B=2  Hq=Hkv=32 S=2048 D=192 Dv=128 causal fp32, dot "ieee" (tf32x3)
+A case's value head dim (Dv) defaults to D; cases with Dv = D run against sources that predate
+value_head_dim (a regression check of one source against another: --cases of those alone).
 """
 from __future__ import annotations
 
@@ -33,19 +37,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 CASES = {
-    # name: B, Hq, Hkv, Sq, Skv, D, dtype, dot, causal, window, sinks
+    # name: B, Hq, Hkv, Sq, Skv, D, dtype, dot, causal, window, sinks[, Dv]
     "mha_causal_bf16": (8, 32, 32, 2048, 2048, 128, "bf16", "bf16", True, None, False),
     "gqa_causal_bf16": (8, 32, 8, 2048, 2048, 128, "bf16", "bf16", True, None, False),
     "decode_gqa_bf16": (64, 32, 8, 1, 2048, 128, "bf16", "bf16", True, None, False),
     "mha_causal_fp32": (8, 32, 32, 2048, 2048, 128, "fp32", "ieee", True, None, False),
     "mha_causal_fp32_tf32": (8, 32, 32, 2048, 2048, 128, "fp32", "tf32", True, None, False),
     "gptoss_swa_sinks_bf16": (4, 64, 8, 2048, 2048, 64, "bf16", "bf16", True, 128, True),
+    "mla_causal_bf16": (4, 32, 32, 2048, 2048, 192, "bf16", "bf16", True, None, False, 128),
+    "mla_causal_fp32": (2, 32, 32, 2048, 2048, 192, "fp32", "ieee", True, None, False, 128),
 }
 SMOKE = {
     "mha_causal_bf16": (1, 2, 2, 40, 40, 64, "bf16", "bf16", True, None, False),
     "decode_gqa_bf16": (2, 8, 2, 1, 50, 64, "bf16", "bf16", True, None, False),
     "mha_causal_fp32": (1, 2, 2, 33, 33, 32, "fp32", "ieee", True, None, False),
     "gptoss_swa_sinks_bf16": (1, 4, 2, 40, 40, 32, "bf16", "bf16", True, 8, True),
+    "mla_causal_bf16": (1, 2, 2, 40, 40, 48, "bf16", "bf16", True, None, False, 32),
 }
 
 
@@ -136,32 +143,35 @@ def main(argv=None):
         return worst
 
     for name in names:
-        B, Hq, Hkv, Sq, Skv, D, dtype, dot, causal, window, has_sinks = table[name]
+        B, Hq, Hkv, Sq, Skv, D, dtype, dot, causal, window, has_sinks = table[name][:11]
+        Dv = table[name][11] if len(table[name]) > 11 else D
+        # sources before value_head_dim take no such argument: pass it only where it differs
+        dv_kw = {} if Dv == D else {"value_head_dim": Dv}
         g = torch.Generator(device=dev).manual_seed(0)
         dt = dts[dtype]
         q = torch.randn(B, Hq, Sq, D, device=dev, dtype=dt, generator=g)
         k = torch.randn(B, Hkv, Skv, D, device=dev, dtype=dt, generator=g)
-        v = torch.randn(B, Hkv, Skv, D, device=dev, dtype=dt, generator=g)
+        v = torch.randn(B, Hkv, Skv, Dv, device=dev, dtype=dt, generator=g)
         sinks = torch.randn(Hq, device=dev, dtype=torch.float32, generator=g) if has_sinks else None
         tol = 1e-4 if (dtype == "fp32" and dot == "ieee") else 1e-2
         pairs = kept_pairs(Sq, Skv, causal, window)
-        flops = 4.0 * D * pairs * B * Hq
-        kv_bytes = 2.0 * B * Hkv * Skv * D * q.element_size()
-        case = {"name": name, "B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "D": D,
+        flops = 2.0 * (D + Dv) * pairs * B * Hq
+        kv_bytes = 1.0 * B * Hkv * Skv * (D + Dv) * q.element_size()
+        case = {"name": name, "B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "D": D, "Dv": Dv,
                 "dtype": dtype, "dot_precision": dot, "causal": causal, "window": window,
                 "sinks": has_sinks, "tol": tol, "gflop": flops / 1e9, "configs": []}
         variants = [dict(fp32_dot="tf32x3")]
         if args.fp32_fma and dtype == "fp32" and dot == "ieee":
             variants.append(dict(fp32_dot="ieee"))
         cfgs = attention_configs(D, dtype, "cuda" if cuda else "cpu",
-                                 seq_q=Sq, dot_precision=dot)
+                                 seq_q=Sq, dot_precision=dot, **dv_kw)
         if args.quick:
             cfgs = cfgs[:1]
         for var in variants:
             vcfgs = cfgs
             if var["fp32_dot"] == "ieee":
                 vcfgs = attention_configs(D, dtype, "cuda" if cuda else "cpu", seq_q=Sq,
-                                          dot_precision=dot, fp32_dot="ieee")
+                                          dot_precision=dot, fp32_dot="ieee", **dv_kw)
             for cfg in vcfgs:
                 row = {"config": dict(cfg, **var)}
                 case["configs"].append(row)
@@ -171,7 +181,8 @@ def main(argv=None):
                 try:
                     src = attention_source(head_dim=D, causal=causal, window=window,
                                            sinks=has_sinks, gqa_group=Hq // Hkv, dtype=dtype,
-                                           dot_precision=dot, interpret=not cuda, **cfg, **var)
+                                           dot_precision=dot, interpret=not cuda, **cfg, **var,
+                                           **dv_kw)
                     mod = load_source(src, f"bench_attn_{name}")
                     call = (lambda m=mod: m.launch(q, k, v, sinks)) if has_sinks else \
                         (lambda m=mod: m.launch(q, k, v))

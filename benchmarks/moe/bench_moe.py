@@ -3,6 +3,8 @@ implementation (tokens grouped by expert, one matmul per expert), on the GPU, at
 layer shape: hidden 2880, expert FFN 2880, 32 experts top-4.
 
     python benchmarks/moe/bench_moe.py --out $OUT/moe.json [--tokens 16384 512 64]
+        [--group-m 8 1000000]     # program orders: GROUP_M row tiles at a time (a number past
+                                  # the row tiles' count is the rows-first order before GROUP_M)
 
 Per token count and dtype: max error of each against a float64 evaluation (on a subset of
 tokens), and the median time of each (triton.testing.do_bench).
@@ -28,6 +30,10 @@ def main() -> int:
     p.add_argument("--dtypes", nargs="+", default=["bf16"])
     p.add_argument("--schemes", nargs="*", default=[],
                    help="dot/fp32_dot pairs to run (default all), e.g. ieee/fp16x3")
+    p.add_argument("--group-m", type=int, nargs="*", default=[],
+                   help="GROUP_M values to time for every configuration (default: the source's)")
+    p.add_argument("--max-configs", type=int, default=0,
+                   help="time only the first N tile configurations (0: all)")
     args = p.parse_args()
     import triton.testing
 
@@ -67,7 +73,9 @@ def main() -> int:
                 best = None
                 tried = []
                 split = dt == "fp32" and dot == "ieee" and fp32_dot == "fp16x3"
-                for cfg in moe_configs(dt, "cuda", rows=T * K // E, split=split):
+                tiles = moe_configs(dt, "cuda", rows=T * K // E, split=split)
+                tiles = tiles[:args.max_configs] if args.max_configs > 0 else tiles
+                for cfg in [dict(c, group_m=gm) for c in tiles for gm in args.group_m] or tiles:
                     src = moe_source(num_experts=E, top_k=K, dtype=dt, dot_precision=dot,
                                      fp32_dot=fp32_dot, **cfg)
                     mod = load_source(src, f"moe_bench_{dt}_{T}_{dot}_{fp32_dot}_{len(tried)}")

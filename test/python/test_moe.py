@@ -97,6 +97,23 @@ def test_fp16x3_scheme_is_fp32_accurate_prepared_or_not(activation):
     with pytest.raises(ValueError, match="fp32_dot"):
         moe_source(num_experts=5, top_k=2, fp32_dot="fp8")
 
+@pytest.mark.parametrize("fp32_dot", ["tf32x3", "fp16x3"])
+def test_grouped_program_order_covers_every_tile(fp32_dot):
+    """Row tiles taken GROUP_M at a time over a 1-D grid: 40 tokens x top-2 in row tiles of 16
+    (10 row tiles, the last group of 3 holding one), 3 column tiles of the up projection and 2
+    of the down one; every output element must come out right."""
+    args = _problem(seed=5, tokens=40, hidden=32, inter=48)
+    src = moe_source(num_experts=5, top_k=2, dot_precision="ieee", fp32_dot=fp32_dot,
+                     interpret=True, block_m=16, block_n=16, block_k=16, num_stages=1,
+                     group_m=3)
+    assert "GROUP_M = 3" in src
+    (out,) = load_source(src, f"kforge_moe_test_group_{fp32_dot}").launch(*args)
+    want = _per_token(*args, "gpt_oss", 1.702, 7.0)
+    assert float((out.double() - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max()))
+    with pytest.raises(ValueError, match="group_m"):
+        moe_source(num_experts=5, top_k=2, group_m=0)
+
+
 def test_grouped_kernel_routes_every_token_to_one_expert():
     args = _problem(seed=2, experts=4)
     args[1] = torch.full_like(args[1], 3)       # all pairs on the last expert: many row tiles

@@ -94,10 +94,25 @@ def _tile_of(COUNTS, OFFSETS, pid_m, E, BLOCK_M: tl.constexpr, BLOCK_E: tl.const
 
 
 @triton.jit
-def _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
-    """This program's expert (-1: none), its rows' positions in expert order (offset + rows),
+def _grid_ids(NUM_M, NUM_N, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of this program of a 1-D grid of NUM_M x NUM_N: GROUP_M row tiles
+    at a time, each sweeping every column tile with the row tiles adjacent, so that their
+    gathered rows stay in L2 while the weights' columns stream past (rows first over the whole
+    grid re-read all of x, or of h, from memory once per column tile)."""
+    pid = tl.program_id(0)
+    per_group = GROUP_M * NUM_N
+    first_m = (pid // per_group) * GROUP_M
+    size_m = tl.minimum(NUM_M - first_m, GROUP_M)
+    within = pid % per_group
+    return first_m + within % size_m, within // size_m
+
+
+@triton.jit
+def _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M: tl.constexpr,
+               BLOCK_E: tl.constexpr):
+    """Row tile pid_m's expert (-1: none), its rows' positions in expert order (offset + rows),
     which of them exist, and their (token, k) pair ids."""
-    e, row0, count, offset = _tile_of(COUNTS, OFFSETS, tl.program_id(0), E, BLOCK_M, BLOCK_E)
+    e, row0, count, offset = _tile_of(COUNTS, OFFSETS, pid_m, E, BLOCK_M, BLOCK_E)
     rows = row0 + tl.arange(0, BLOCK_M)
     row_ok = rows < count
     pairs = tl.load(SORTED + offset + rows, mask=row_ok, other=0)
@@ -105,14 +120,14 @@ def _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M: tl.constexpr, BLOCK_E: tl.co
 
 
 @triton.jit
-def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER,
+def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER, NUM_M, NUM_N,
             sxt, sxh, swe, swk, swn, sbe, sbn,
             K: tl.constexpr, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
             BLOCK_E: tl.constexpr, PREC: tl.constexpr, LOWP: tl.constexpr,
-            INTERP: tl.constexpr):
-    pid_n = tl.program_id(1)
-    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
+            GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+    pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
         tok = pairs // K
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -155,13 +170,13 @@ def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER,
 
 
 @triton.jit
-def _moe_down(H1, W2, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, HID, INTER,
+def _moe_down(H1, W2, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, HID, INTER, NUM_M, NUM_N,
               swe, swk, swn, sbe, sbn,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               BLOCK_E: tl.constexpr, PREC: tl.constexpr, LOWP: tl.constexpr,
-              W16: tl.constexpr, INTERP: tl.constexpr):
-    pid_n = tl.program_id(1)
-    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
+              W16: tl.constexpr, GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+    pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < HID
@@ -255,12 +270,13 @@ def _col_scale(W, ROW, cols, col_ok):
 
 
 @triton.jit
-def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, sbe, sbn,
+def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM_M, NUM_N,
+             sbe, sbn,
              K: tl.constexpr, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             BLOCK_E: tl.constexpr, INTERP: tl.constexpr):
-    pid_n = tl.program_id(1)
-    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
+             BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+    pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
         tok = pairs // K
         W = 2 * INTER
@@ -297,10 +313,10 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, sbe
 
 @triton.jit
 def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, HID, INTER,
-               sbe, sbn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               BLOCK_E: tl.constexpr, INTERP: tl.constexpr):
-    pid_n = tl.program_id(1)
-    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, BLOCK_M, BLOCK_E)
+               NUM_M, NUM_N, sbe, sbn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+    pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
+    e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < HID
@@ -400,35 +416,41 @@ def launch(x, index, weight, w1, b1, w2, b2):
         sx = torch.empty(T, dtype=torch.float32, device=dev)
         _moe_prep_a_fp16[(T,)](x, xp, sx, T, HID, x.stride(0), BLOCK=BLOCK_R)
         h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
-        _moe_up3[(tiles, triton.cdiv(INTER, BLOCK_N))](
-            xp, sx, w1p, b1, order, counts, offsets, h, E, T, HID, INTER,
+        n_up = triton.cdiv(INTER, BLOCK_N)
+        _moe_up3[(tiles * n_up,)](
+            xp, sx, w1p, b1, order, counts, offsets, h, E, T, HID, INTER, tiles, n_up,
             b1.stride(0), b1.stride(1), K=TOP_K, ACT=ACT, ALPHA=ALPHA, LIMIT=LIMIT,
-            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, INTERP=INTERPRET,
-            num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, GROUP_M=GROUP_M,
+            INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         hp = torch.empty((2, npairs, INTER), dtype=torch.float16, device=dev)
         sh = torch.empty(npairs, dtype=torch.float32, device=dev)
         _moe_prep_a_fp16[(npairs,)](h, hp, sh, npairs, INTER, h.stride(0), BLOCK=BLOCK_R)
         del h
         y = torch.empty((npairs, HID), dtype=torch.float32, device=dev)
-        _moe_down3[(tiles, triton.cdiv(HID, 2 * BLOCK_N))](
-            hp, sh, w2p, b2, weight, order, counts, offsets, y, E, npairs, HID, INTER,
-            b2.stride(0), b2.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=2 * BLOCK_N, BLOCK_K=BLOCK_K,
-            BLOCK_E=BLOCK_E, INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        n_down = triton.cdiv(HID, 2 * BLOCK_N)
+        _moe_down3[(tiles * n_down,)](
+            hp, sh, w2p, b2, weight, order, counts, offsets, y, E, npairs, HID, INTER, tiles,
+            n_down, b2.stride(0), b2.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=2 * BLOCK_N,
+            BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, GROUP_M=GROUP_M, INTERP=INTERPRET,
+            num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     else:
         h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
-        _moe_up[(tiles, triton.cdiv(INTER, BLOCK_N))](
-            x, w1, b1, order, counts, offsets, h, E, HID, INTER,
+        n_up = triton.cdiv(INTER, BLOCK_N)
+        _moe_up[(tiles * n_up,)](
+            x, w1, b1, order, counts, offsets, h, E, HID, INTER, tiles, n_up,
             x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w1.stride(2),
             b1.stride(0), b1.stride(1),
             K=TOP_K, ACT=ACT, ALPHA=ALPHA, LIMIT=LIMIT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-            BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC, LOWP=LOWP, INTERP=INTERPRET,
-            num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC, LOWP=LOWP, GROUP_M=GROUP_M,
+            INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         y = torch.empty((npairs, HID), dtype=torch.float32, device=dev)
-        _moe_down[(tiles, triton.cdiv(HID, BLOCK_N))](
-            h, w2, b2, weight, order, counts, offsets, y, E, HID, INTER,
+        n_down = triton.cdiv(HID, BLOCK_N)
+        _moe_down[(tiles * n_down,)](
+            h, w2, b2, weight, order, counts, offsets, y, E, HID, INTER, tiles, n_down,
             w2.stride(0), w2.stride(1), w2.stride(2), b2.stride(0), b2.stride(1),
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, PREC=PREC,
-            LOWP=LOWP, W16=W16, INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            LOWP=LOWP, W16=W16, GROUP_M=GROUP_M, INTERP=INTERPRET, num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES)
     out = torch.empty((T, HID), dtype=x.dtype, device=dev)
     _moe_combine[(T, triton.cdiv(HID, BLOCK_C))](y, out, HID, out.stride(0), out.stride(1),
                                                  K=TOP_K, BLOCK_C=BLOCK_C)
@@ -447,7 +469,7 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
                alpha: float = 1.702, limit: float = 7.0, dtype: str = "fp32",
                dot_precision: str = "ieee", fp32_dot: str = "tf32x3", block_m: int = 64,
                block_n: int = 64, block_k: int = 32, num_warps: int = 4, num_stages: int = 2,
-               interpret: bool = False) -> str:
+               group_m: int = 8, interpret: bool = False) -> str:
     """The candidate's source (see the module docstring)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r}: expected one of {sorted(ACTIVATIONS)}")
@@ -455,6 +477,8 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
         raise ValueError(f"dtype {dtype!r} / dot_precision {dot_precision!r}")
     if num_experts < 1 or top_k < 1:
         raise ValueError("num_experts and top_k must be positive")
+    if group_m < 1:
+        raise ValueError(f"group_m must be positive, got {group_m}")
     if fp32_dot not in FP32_DOTS:
         raise ValueError(f"fp32_dot {fp32_dot!r}: expected one of {FP32_DOTS}")
     split = dtype == "fp32" and dot_precision == "ieee" and fp32_dot == "fp16x3"
@@ -479,6 +503,7 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
         BLOCK_M = {int(block_m)}
         BLOCK_N = {int(block_n)}
         BLOCK_K = {int(block_k)}
+        GROUP_M = {int(group_m)}
         BLOCK_P = 1024
         BLOCK_C = 256
         BLOCK_R = 1024
