@@ -662,6 +662,23 @@ GPU_CASES = {  # name: (B, Hq, Hkv, Sq, Skv, D), dtype, dot, options
     "latent_decode_bf16_d192_v128": ((4, 16, 16, 1, 700, 192), "bf16", "bf16",
                                      dict(causal=True, value_head_dim=128)),
     "fp32_tf32_d256": ((1, 4, 2, 200, 260, 256), "fp32", "tf32", dict(mask="bool")),
+    # the other wide-head lists (_wide_head_configs), every configuration on the GPU
+    "latent_fp32_tf32_d192_v128": ((1, 4, 4, 200, 200, 192), "fp32", "tf32",
+                                   dict(causal=True, value_head_dim=128)),
+    "latent_fp32_bf16_d192_v128": ((1, 4, 4, 200, 200, 192), "fp32", "bf16",
+                                   dict(causal=True, value_head_dim=128)),
+    "latent_fp32_fma_d192_v128": ((1, 4, 4, 130, 130, 192), "fp32", "ieee",
+                                  dict(causal=True, value_head_dim=128, fp32_dot="ieee")),
+    "latent_bf16_ieee_d192_v128": ((1, 4, 4, 200, 200, 192), "bf16", "ieee",
+                                   dict(causal=True, value_head_dim=128)),
+    "latent_decode_fp32_ieee_d192_v128": ((4, 16, 16, 1, 700, 192), "fp32", "ieee",
+                                          dict(causal=True, value_head_dim=128)),
+    "bf16_d256": ((1, 4, 2, 200, 260, 256), "bf16", "bf16", dict(causal=True)),
+    "fp32_ieee_d256": ((1, 4, 2, 150, 150, 256), "fp32", "ieee", dict(causal=True)),
+    "fp32_bf16_d256": ((1, 4, 2, 150, 150, 256), "fp32", "bf16", dict(causal=True)),
+    "latent_fp32_fp16x3_d192_v128": ((1, 4, 4, 200, 200, 192), "fp32", "fp16x3",
+                                     dict(causal=True, value_head_dim=128)),
+    "fp32_fp16x3_d256": ((1, 4, 2, 150, 150, 256), "fp32", "fp16x3", dict(causal=True)),
 }
 
 
@@ -716,7 +733,13 @@ def test_gpu_kernel(name, monkeypatch):
 @cuda
 @pytest.mark.parametrize("name", ["fp32_ieee_causal_d128", "bf16_causal_d128",
                                   "fp32_tf32_bool_mask", "decode_bf16_pack",
-                                  "latent_bf16_d192_v128", "latent_fp32_ieee_d192_v128"])
+                                  "latent_bf16_d192_v128", "latent_fp32_ieee_d192_v128",
+                                  "latent_fp32_tf32_d192_v128", "latent_fp32_bf16_d192_v128",
+                                  "latent_fp32_fma_d192_v128", "latent_bf16_ieee_d192_v128",
+                                  "latent_decode_bf16_d192_v128",
+                                  "latent_decode_fp32_ieee_d192_v128", "fp32_tf32_d256",
+                                  "bf16_d256", "fp32_ieee_d256", "fp32_bf16_d256",
+                                  "latent_fp32_fp16x3_d192_v128", "fp32_fp16x3_d256"])
 def test_gpu_every_config(name, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     _gpu_case(name, all_configs=True)

@@ -485,9 +485,10 @@ def test_fp16x3_is_offered_on_gpus_and_last_in_the_interpreter():
     assert {c["input_precision"] for c in cuda} == {"fp16x3", "3xtf32", "tf32x3", "bf16x6"}
     assert config_space(s, "cpu", "strict")[-1]["input_precision"] == "fp16x3"
     assert all(c.get("input_precision") != "fp16x3" for c in config_space(s, "cuda", "bf16"))
-    # tf32: fp16x3 is the fallback for a tf32 kernel the verifier rejects: second, then last
+    # tf32 (a GEMM of few rows: fp16x1 first on a GPU, see test_builtin_tma): fp16x3 is the
+    # fallback for a first kernel the verifier rejects: second, then last
     tf32 = [c.get("input_precision") for c in config_space(s, "cuda", "tf32")]
-    assert tf32[:2] == ["tf32", "fp16x3"] and tf32[-1] == "fp16x3"
+    assert tf32[:2] == ["fp16x1", "fp16x3"] and tf32[-1] == "fp16x3"
     assert tf32.index("fp16x3", 2) > max(i for i, p in enumerate(tf32) if p == "tf32")
     assert "fp16x3" not in [c.get("input_precision") for c in config_space(s, "cpu", "tf32")]
     # small M: split-K first, also for fp16x3
@@ -904,10 +905,17 @@ def test_tf32_policy_takes_fp16x3_first_when_b_is_n_major_in_memory():
     """Hopper's tf32 wgmma needs a K-major B: `x @ W` with W [K, N] read as it lies goes to
     fp16x3 first (16-bit wgmma takes either layout); nn.Linear (W^T, K-major) stays tf32; the
     interpreter keeps the target's own order."""
+    from kforge.providers.builtin import region_shape
+    from kforge.providers.builtin.kernels import gemm_input_precisions
     engine = Path(__file__).parent / "fixtures" / "engine"
     x_at_w = load_spec(engine / "matmul_bias.json")
     linear = load_spec(SPECS / "matmul_bias_relu.json")
-    first = lambda spec, target: config_space(spec, target, "tf32")[0].get("input_precision")
+
+    def first(spec, target):        # fp16x1 aside (first on GPUs wherever its pass pays)
+        target = get_target(target)
+        schemes = gemm_input_precisions(spec, target, "tf32",
+                                        region_shape(spec, target, "tf32"))
+        return [p for p in schemes if p != "fp16x1"][0]
     assert first(x_at_w, "cuda") == "fp16x3"
     assert first(linear, "cuda") == "tf32"
     assert first(x_at_w, "cpu") != "fp16x3"

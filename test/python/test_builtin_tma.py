@@ -158,13 +158,16 @@ def test_strict_and_tf32_tma_are_offered_only_when_asked(policy, scheme, monkeyp
     second accumulator under fp16x3)."""
     big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=2048)
     monkeypatch.delenv("KFORGE_BUILTIN_TMA", raising=False)
-    assert not any(c.get("TMA") for c in config_space(big, "cuda", policy))
+
+    def own(space):         # (tf32's fp16x1 tiles come first and take the TMA kernel anyway)
+        return [c for c in space if c.get("input_precision") == scheme]
+    assert not any(c.get("TMA") for c in own(config_space(big, "cuda", policy)))
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
-    space = config_space(big, "cuda", policy)
-    assert space[0].get("TMA") and space[0]["input_precision"] == scheme, space[0]
-    assert (space[0]["BLOCK_M"], space[0]["BLOCK_N"], space[0]["num_warps"]) == (128, 128, 8)
+    first = own(config_space(big, "cuda", policy))[0]
+    assert first.get("TMA"), first
+    assert (first["BLOCK_M"], first["BLOCK_N"], first["num_warps"]) == (128, 128, 8)
     fused = _big_spec(tmp_path / "rows", "linear_gelu_layer_norm_softmax", M=1024, K=512, N=12)
-    assert not any(c.get("TMA") for c in config_space(fused, "cuda", policy))
+    assert not any(c.get("TMA") for c in own(config_space(fused, "cuda", policy)))
 
 
 def test_tf32_tma_reads_only_an_argument_as_it_lies(monkeypatch):
@@ -190,6 +193,8 @@ def test_strict_and_tf32_tma_candidates_match_the_reference(policy, scheme, monk
         if cand.config["input_precision"] == "fp16x3":
             assert "a_lo = a_desc.load(" in cand.source and "w_lo = w_desc.load(" in cand.source
             assert "_split_a(" in cand.source and "_cast_a(" not in cand.source
+        elif cand.config["input_precision"] == "fp16x1":    # tf32's 16-bit-rate scheme
+            assert "_split_a(" in cand.source and "a_lo" not in cand.source
         else:       # the interpreter's tf32 scheme is "ieee"
             assert "_split_a(" not in cand.source and "_cast_a(" not in cand.source
             assert "def prepare_weights" not in cand.source
@@ -221,3 +226,41 @@ def test_strict_and_tf32_tma_kernels_compile_to_wgmma_for_sm90(policy, scheme, m
         gemm = [r for r in reports if r.name.endswith("_gemm")]
         assert gemm and all(r.mma == "wgmma" and r.spill_stores == 0 for r in gemm)
         assert all(r.shared_bytes <= limit for r in gemm), [r.shared_bytes for r in gemm]
+
+
+def test_tf32_policy_puts_fp16x1_first_on_gpus(tmp_path):
+    """Under tf32, an fp32 GEMM on the GPU starts with fp16x1 (11-bit significands, as TF32, at
+    the 16-bit rate: the persistent TMA tiles first, then the pointer kernel's), then TF32's own
+    products, fp16x3 last; in the interpreter the tf32 kernel stays first, fp16x1 second. A
+    convolution-like GEMM whose pass costs more than its product keeps tf32 first."""
+    from kforge.providers.builtin import region_shape
+    from kforge.providers.builtin.kernels import gemm_input_precisions
+    big = _big_spec(tmp_path / "big", "matmul_bias_relu", M=4096, K=4096, N=4096)
+    space = config_space(big, "cuda", "tf32")
+    assert space[0].get("TMA") and space[0]["input_precision"] == "fp16x1"
+    schemes = [c.get("input_precision") for c in space]
+    assert schemes.index("tf32") > schemes.index("fp16x1")
+    assert schemes[-1] == "fp16x3"
+    stage = region_shape(big, get_target("cuda"), "tf32")
+    assert gemm_input_precisions(big, get_target("cuda"), "tf32", stage) == \
+        ("fp16x1", "tf32", "fp16x3")
+    cpu = get_target("cpu")
+    assert gemm_input_precisions(big, cpu, "tf32", stage) == \
+        cpu.dot_input_precisions("tf32") + ("fp16x1",)
+    narrow = _big_spec(tmp_path / "narrow", "matmul_bias_relu", M=65536, K=512, N=16)
+    stage = region_shape(narrow, get_target("cuda"), "tf32")
+    assert gemm_input_precisions(narrow, get_target("cuda"), "tf32", stage)[0] == "tf32"
+
+
+@pytest.mark.parametrize("tma", [True, False])
+def test_tf32_fp16x1_candidate_passes_the_tf32_verifier(tma, monkeypatch, tmp_path):
+    """The fp16x1 kernel offered under tf32 (TMA and pointer forms) passes the real verifier at
+    the tf32 policy: its unit-scale inputs at half the tolerance and its wide-magnitude ones."""
+    from kforge.verify.verifier import verify_candidate
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1" if tma else "0")
+    s = spec("linear_gelu_layer_norm_softmax")
+    cands = [c for c in candidates(s, "cpu", "tf32")
+             if c.config.get("input_precision") == "fp16x1" and bool(c.config.get("TMA")) == tma]
+    assert cands
+    record = verify_candidate(s, cands[0], "cpu", "tf32")
+    assert record.status == "verified", (record.reason, record.message)

@@ -91,8 +91,8 @@ def test_absent_gpu_screen_skips_configs_that_spill(monkeypatch):
                                 spill_stores=spill, spill_loads=spill)]
     monkeypatch.setattr(xc, "compile_source", fake)
     # not the accuracy fallback: the policy's own first scheme (8 rows: a decode-shaped GEMM,
-    # whose first scheme under bf16 on a GPU is fp16x1)
-    for policy, scheme in (("tf32", "tf32"), ("bf16", "fp16x1")):
+    # whose first scheme under bf16 and tf32 on a GPU is fp16x1)
+    for policy, scheme in (("tf32", "fp16x1"), ("bf16", "fp16x1")):
         calls.clear()
         req = GenerationRequest(spec, "", "", policy, "cuda", "functional", 0)
         cand = BuiltinProvider().generate(req)[0]

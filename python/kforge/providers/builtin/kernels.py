@@ -481,18 +481,20 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
         if not target.interpreter and fp16x1_first(spec, target, stage):
             return fallbacks[:1] + schemes + fallbacks[1:]
         return schemes + fallbacks
-    if precision == "tf32" and not target.interpreter and fp16x3_eligible(spec, stage) \
-            and _b_n_major(spec, stage.contraction):
-        # Hopper's tf32 wgmma takes B only K-major: an N-major B (bmm's second operand, or
-        # `x @ W`, read as it is in memory) drops tf32 to ~70 TFLOP/s on the H200 (bmm
-        # 16x2048x1024x2048: 1.91 ms tf32 vs 1.26 ms fp16x3; x @ W + leaky ReLU + softmax
-        # 4096x2048x4096: 1.55x vs 3.19x over torch.compile). 16-bit wgmma takes either
-        # layout, and fp16x3 is more accurate than tf32, so it is a valid tf32-policy kernel.
-        return (FP16X3,) + schemes
-    if precision == "tf32" and not target.interpreter and fp16x3_eligible(spec, stage):
-        # the fallback for a tf32 kernel the verifier rejects (its half-tolerance margin: tf32
-        # rounding amplified by a norm after the product): fp32-accurate, at 3/4 of the rate
-        return schemes + (FP16X3,)
+    if precision == "tf32" and fp16x3_eligible(spec, stage):
+        own = _tf32_own_schemes(spec, target, stage, schemes)
+        if target.interpreter:
+            # (tested, not timed: the tf32 kernel stays the tests' first candidate)
+            return own[:1] + (FP16X1,) + own[1:]
+        if fp16x1_first(spec, target, stage):
+            # fp16x1 products round each operand to 11 significant bits, as TF32 does (fp16's
+            # 10 stored bits + the implicit one; the power-of-two scales per row of A and per
+            # column of B keep every element that matters to a row's products in fp16's normal
+            # range), on the 16-bit tensor cores at twice the TF32 rate, reading 2-byte weights
+            # instead of 4: first wherever its pass pays (fp16x1_first); then tf32's own
+            # schemes, fp16x3 (fp32-accurate) for what the verifier rejects
+            return (FP16X1,) + own
+        return own
     if precision != "strict" or not fp16x3_eligible(spec, stage) or FP16X3 in schemes:
         return schemes
     if target.interpreter:
@@ -502,11 +504,29 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
     return schemes[:1] + (FP16X3,) + schemes[1:]
 
 
+def _tf32_own_schemes(spec: KernelSpec, target, stage: RegionShape, schemes: tuple) -> tuple:
+    """The tf32 policy's schemes for an fp32 contraction, fp16x1 aside: the target's tf32, with
+    fp16x3 first for an N-major B and last elsewhere (the interpreter: tf32 alone)."""
+    if not target.interpreter and _b_n_major(spec, stage.contraction):
+        # Hopper's tf32 wgmma takes B only K-major: an N-major B (bmm's second operand, or
+        # `x @ W`, read as it is in memory) drops tf32 to ~70 TFLOP/s on the H200 (bmm
+        # 16x2048x1024x2048: 1.91 ms tf32 vs 1.26 ms fp16x3; x @ W + leaky ReLU + softmax
+        # 4096x2048x4096: 1.55x vs 3.19x over torch.compile). 16-bit wgmma takes either
+        # layout, and fp16x3 is more accurate than tf32, so it is a valid tf32-policy kernel.
+        return (FP16X3,) + schemes
+    if target.interpreter:
+        return schemes
+    # the fallback for a tf32 kernel the verifier rejects (its half-tolerance margin: tf32
+    # rounding amplified by a norm after the product): fp32-accurate, at 3/4 of the rate
+    return schemes + (FP16X3,)
+
+
 def fp16x1_first(spec: KernelSpec, target, stage: RegionShape) -> bool:
-    """Whether a GPU kernel under bf16 tries fp16x1 before bf16 operands: wherever its
-    activation pass (A read twice in fp32, one fp16 plane written: 10 bytes an element) costs
-    no more than the product itself at the bf16 rate. Both run on the same 16-bit tensor cores,
-    and fp16x1 rounds 8x finer. bf16 operands spend most of the policy's 1e-2 in one product,
+    """Whether a GPU kernel under bf16 tries fp16x1 before bf16 operands (and under tf32
+    before TF32's own products, which take twice as long as the time this compares with):
+    wherever its activation pass (A read twice in fp32, one fp16 plane written: 10 bytes an
+    element) costs no more than the product itself at the bf16 rate. Both run on the same
+    16-bit tensor cores, and fp16x1 rounds 8x finer. bf16 operands spend most of the policy's 1e-2 in one product,
     so a model of several layers of them misses it at its output although every region passes
     its own check (H200, 2026-12-02, four Llama-3-8B layers: decode max abs 0.051 on the
     logits against about 1e-2; prefill 0.018, 1.8x the allowance); fp16x1 products kept
@@ -935,7 +955,7 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
                  scheme: str | None = None) -> bool:
     """Whether the persistent TMA kernel fits this GEMM stage under the bf16 policy with bf16
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
-    plane from prepare_weights, the power-of-two scales undone on the tile), under strict and
+    plane from prepare_weights, the power-of-two scales undone on the tile; tf32 too), under strict and
     tf32 with fp16x3 (both planes of each), or under tf32 with its own scheme (A, an argument
     read as it lies, and the weight both in fp32, no pass): a 2-D product (no batch) whose B is
     a weight [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split to its fp16
@@ -946,7 +966,7 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
         return False
     tf32 = precision == "tf32" and scheme == _tf32_scheme(target)
-    if precision == "bf16":
+    if precision == "bf16" or (precision == "tf32" and scheme == FP16X1):
         if scheme not in (None, FP16X1):
             return False
     elif not tf32 and (precision not in ("strict", "tf32") or scheme != FP16X3):
@@ -1026,7 +1046,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
         return []
     con = stage.contraction
-    if precision != "bf16":             # strict / tf32: fp16x3, or tf32's own
+    if precision != "bf16" and scheme != FP16X1:     # strict / tf32: fp16x3, or tf32's own
         return _opt_in_tma_configs(spec, target, precision, stage, scheme)
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
             stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
