@@ -49,6 +49,8 @@ def test_roofline_floor_uses_policy_peak():
     assert roofline.floor_ms(flops, nbytes, peaks, "fp32") == pytest.approx(flops / 51e12 * 1e3)
     assert roofline.floor_ms(flops, nbytes, peaks, "strict") == pytest.approx(flops / (786e12 / 3) * 1e3)
     assert roofline.floor_ms(flops, nbytes, peaks, "bf16") == pytest.approx(flops / 786e12 * 1e3)
+    # tf32: a TF32-grade product runs at the 16-bit rate (fp16x1), faster than TF32's own
+    assert roofline.floor_ms(flops, nbytes, peaks, "tf32") == pytest.approx(flops / 786e12 * 1e3)
     # A memory-bound workload: bytes / bandwidth wins.
     assert roofline.floor_ms(0, 4.28e9, peaks, "bf16") == pytest.approx(1.0)
 

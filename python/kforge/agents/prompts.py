@@ -17,8 +17,10 @@ PRECISION_CONTRACTS = {
               "fp32-accurate emulation: tl.dot(..., input_precision=\"tf32x3\"), or operands split "
               "into hi + lo parts (weights split once in prepare_weights) and three products. "
               "Plain TF32 or bf16 dots fail verification.",
-    "tf32": "TF32 tensor cores allowed (tl.dot(..., input_precision=\"tf32\")), fp32 "
-            "accumulation, verified with atol = rtol = 1e-2.",
+    "tf32": "TF32 tensor cores allowed (tl.dot(..., input_precision=\"tf32\")), or fp16 "
+            "operands scaled by powers of two (per row of A, per column of B; the same 11 "
+            "significant bits at twice the rate), fp32 accumulation, verified with atol = "
+            "rtol = 1e-2.",
     "bf16": "bf16 operands with fp32 accumulation allowed; weights may be cast once in "
             "prepare_weights; verified with atol = rtol = 1e-2 against the fp32 reference.",
 }

@@ -134,7 +134,8 @@ def count_flops(model, inputs) -> int:
 
 def min_bytes(model, inputs, outputs, policy: str | None) -> int:
     """Each input, parameter, buffer and output moved once. Under bf16 the policy lets weights be
-    cast once at load, so parameters count at 2 bytes; activations stay fp32."""
+    cast once at load, and under tf32 be stored once as TF32-grade scaled fp16 (fp16x1), so
+    parameters count at 2 bytes; activations stay fp32."""
     import torch
 
     def nbytes(t):
@@ -144,5 +145,6 @@ def min_bytes(model, inputs, outputs, policy: str | None) -> int:
     outs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
     total = sum(nbytes(t) for t in tensors_in) + sum(nbytes(t) for t in outs if isinstance(t, torch.Tensor))
     for p in list(model.parameters()) + list(model.buffers()):
-        total += p.numel() * 2 if (policy == "bf16" and p.is_floating_point()) else nbytes(p)
+        total += p.numel() * 2 if (policy in ("bf16", "tf32") and p.is_floating_point()) \
+            else nbytes(p)
     return int(total)

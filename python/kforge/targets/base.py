@@ -24,8 +24,9 @@ class Peaks:
     def flops_for(self, precision: str) -> float:
         # strict: an fp32-accurate product costs three tensor-core products; the fastest such
         # scheme the builtin uses is fp16x3 (three 16-bit products, fp16 rate = bf16 rate),
-        # so the floor is the faster of the 16-bit and TF32 rates over three.
-        return {"strict": max(self.tf32, self.bf16) / 3, "tf32": self.tf32,
+        # so the floor is the faster of the 16-bit and TF32 rates over three. tf32: a TF32-grade
+        # product is one 16-bit product of scaled fp16 operands (fp16x1), or one TF32 product.
+        return {"strict": max(self.tf32, self.bf16) / 3, "tf32": max(self.tf32, self.bf16),
                 "bf16": self.bf16}.get(precision, self.fp32)
 
     def floor_ms(self, flops: float, bytes_moved: float, precision: str) -> float:

@@ -30,7 +30,9 @@ class PrecisionPolicy:
 POLICIES = {
     "strict": PrecisionPolicy("strict", 1e-4, 1e-4, "fp32 results (fp32-accurate emulation "
                               "allowed: tf32x3, hi/lo splits)", fp32_grade=True),
-    "tf32": PrecisionPolicy("tf32", 1e-2, 1e-2, "TF32 tensor cores", "tf32"),
+    "tf32": PrecisionPolicy("tf32", 1e-2, 1e-2, "TF32-grade products (TF32 tensor cores, or "
+                            "fp16 operands scaled by powers of two: the same 11-bit "
+                            "significands)", "tf32"),
     "bf16": PrecisionPolicy("bf16", 1e-2, 1e-2, "bf16 operands, fp32 accumulate", "bf16"),
 }
 
