@@ -264,3 +264,20 @@ def test_tf32_fp16x1_candidate_passes_the_tf32_verifier(tma, monkeypatch, tmp_pa
     assert cands
     record = verify_candidate(s, cands[0], "cpu", "tf32")
     assert record.status == "verified", (record.reason, record.message)
+
+
+@pytest.mark.parametrize("policy", ["tf32", "bf16"])
+def test_tma_tiles_that_would_starve_the_sms_give_way_to_split_k(policy, monkeypatch, tmp_path):
+    """256 x 1024 output tiles of 128 x 128 are 16 programs for the H200's 132 SMs, and the
+    TMA kernel has no split-K: the pointer kernel's split-K tiles go first. 256 x 4096 (64
+    tiles, where the TMA kernel measured 1.54x the pointer kernel) keeps the TMA tiles, and
+    KFORGE_BUILTIN_TMA=1 offers them everywhere."""
+    monkeypatch.delenv("KFORGE_BUILTIN_TMA", raising=False)
+    long_k = _big_spec(tmp_path / "long_k", "matmul_bias_relu", M=256, K=32768, N=1024)
+    space = config_space(long_k, "cuda", policy)
+    assert not any(c.get("TMA") for c in space)
+    assert space[0]["SPLIT_K"] > 1 and space[0]["input_precision"] == "fp16x1"
+    wide = _big_spec(tmp_path / "wide", "matmul_bias_relu", M=256, K=4096, N=4096)
+    assert config_space(wide, "cuda", policy)[0].get("TMA")
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    assert any(c.get("TMA") for c in config_space(long_k, "cuda", policy))

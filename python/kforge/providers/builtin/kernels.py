@@ -1048,6 +1048,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     con = stage.contraction
     if precision != "bf16" and scheme != FP16X1:     # strict / tf32: fp16x3, or tf32's own
         return _opt_in_tma_configs(spec, target, precision, stage, scheme)
+    if _starved_by_tma(spec, target, precision, stage, scheme):
+        return []
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
             stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
             < target.compute_units):
@@ -1080,6 +1082,24 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
             seen.add(key)
             out.append(c)
     return out[:2]
+
+
+def _starved_by_tma(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                    scheme: str | None) -> bool:
+    """A GEMM whose 128 x 128 output tiles fill under a quarter of the GPU's SMs while the
+    pointer kernel's first tiles for the scheme split K: the TMA kernel (one program a tile, no
+    split-K) would leave most SMs idle. H200, 2026-12-05, gemm_max_const_long_k (256 x 1024,
+    K = 32768) under tf32's fp16x1: 16 programs, 0.207 ms, what 16 SMs at the 16-bit rate take
+    (0.204 ms), 0.63x the TF32 route; the split-K pointer tiles run 128 programs. Not for the
+    interpreter (tested, not timed) or with KFORGE_BUILTIN_TMA=1."""
+    if target.interpreter or os.environ.get(TMA_ENV) == "1":
+        return False
+    con = stage.contraction
+    tiles = -(-con.extent(con.batch) * con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
+    if tiles * 4 >= target.compute_units:
+        return False
+    return any(c.get("SPLIT_K", 1) > 1
+               for c in stage_configs(spec, target, precision, stage, scheme)[:1])
 
 
 def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
