@@ -313,8 +313,9 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM
 
 @triton.jit
 def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, HID, INTER,
-               NUM_M, NUM_N, sbe, sbn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+               NUM_M, NUM_N, sbe, sbn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr,
+               INTERP: tl.constexpr):
     pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
     e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:

@@ -470,7 +470,7 @@ def gemm_input_precisions(spec: KernelSpec, target, precision: str,
                           stage: RegionShape) -> tuple:
     """The contraction schemes to try under `precision`, best first: the target's list, with
     fp16x3 first on GPUs (measured fastest strict scheme) and last in the interpreter (tested,
-    not timed)."""
+    not timed); under bf16 and tf32, fp16x1 first on GPUs wherever its pass pays."""
     schemes = tuple(target.dot_input_precisions(precision))
     if precision == "bf16" and fp16x3_eligible(spec, stage):
         # for products whose bf16-rounded operands miss the 1e-2 tolerance: first fp16x1 (the
@@ -526,11 +526,11 @@ def fp16x1_first(spec: KernelSpec, target, stage: RegionShape) -> bool:
     before TF32's own products, which take twice as long as the time this compares with):
     wherever its activation pass (A read twice in fp32, one fp16 plane written: 10 bytes an
     element) costs no more than the product itself at the bf16 rate. Both run on the same
-    16-bit tensor cores, and fp16x1 rounds 8x finer. bf16 operands spend most of the policy's 1e-2 in one product,
-    so a model of several layers of them misses it at its output although every region passes
-    its own check (H200, 2026-12-02, four Llama-3-8B layers: decode max abs 0.051 on the
-    logits against about 1e-2; prefill 0.018, 1.8x the allowance); fp16x1 products kept
-    decode within it (emulated: 0.71 of the allowance; measured: correct).
+    16-bit tensor cores, and fp16x1 rounds 8x finer. bf16 operands spend most of the policy's
+    1e-2 in one product, so a model of several layers of them misses it at its output although
+    every region passes its own check (H200, 2026-12-02, four Llama-3-8B layers: decode max abs
+    0.051 on the logits against about 1e-2; prefill 0.018, 1.8x the allowance); fp16x1
+    products kept decode within it (emulated: 0.71 of the allowance; measured: correct).
     A decode step's GEMM (few rows) is bound by reading its weights, and fp16x1 reads as many
     (2 bytes a weight) as bf16. Small GEMMs whose A is large against the product (a
     convolution's implicit GEMM, a narrow N) keep bf16 operands first and fp16x1 second."""
@@ -955,9 +955,9 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
                  scheme: str | None = None) -> bool:
     """Whether the persistent TMA kernel fits this GEMM stage under the bf16 policy with bf16
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
-    plane from prepare_weights, the power-of-two scales undone on the tile; tf32 too), under strict and
-    tf32 with fp16x3 (both planes of each), or under tf32 with its own scheme (A, an argument
-    read as it lies, and the weight both in fp32, no pass): a 2-D product (no batch) whose B is
+    plane from prepare_weights, the power-of-two scales undone on the tile; under tf32 too),
+    under strict and tf32 with fp16x3 (both planes of each), or under tf32 with its own scheme
+    (A, an argument read as it lies, and the weight both in fp32, no pass): a 2-D product (no batch) whose B is
     a weight [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split to its fp16
     planes once by prepare_weights), K a multiple of 8 (TMA's 16-byte aligned rows), an fp32
     product and int32 offsets throughout, on sm_90 or later (or the interpreter). Under bf16
