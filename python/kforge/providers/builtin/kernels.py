@@ -108,10 +108,10 @@ def _contraction(spec: KernelSpec, op: GenericOp) -> Contraction | None:
 
 
 # How finely analyze_region cuts a region with row reductions; the provider's region_shape
-# takes the first that the emitter generates for some configuration: FUSED (a GEMM's reductions on its tile or in its rows
-# kernel), SPLIT (the reductions in a rows stage of their own, reading the stored product),
-# NARROW (besides, rows stages store only one value per row; every wider output is finished by
-# an elementwise stage from the stored product and those values).
+# takes the first that the emitter generates for some configuration: FUSED (a GEMM's reductions
+# on its tile or in its rows kernel), SPLIT (the reductions in a rows stage of their own,
+# reading the stored product), NARROW (besides, rows stages store only one value per row; every
+# wider output is finished by an elementwise stage from the stored product and those values).
 FUSED, SPLIT, NARROW = 0, 1, 2
 
 
@@ -957,9 +957,9 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     operands (scheme None) or fp16x1 (A's fp16 plane from the split pass, the weight's fp16
     plane from prepare_weights, the power-of-two scales undone on the tile; under tf32 too),
     under strict and tf32 with fp16x3 (both planes of each), or under tf32 with its own scheme
-    (A, an argument read as it lies, and the weight both in fp32, no pass): a 2-D product (no batch) whose B is
-    a weight [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split to its fp16
-    planes once by prepare_weights), K a multiple of 8 (TMA's 16-byte aligned rows), an fp32
+    (A, an argument read as it lies, and the weight both in fp32, no pass): a 2-D product (no
+    batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split
+    to its fp16 planes once by prepare_weights), K a multiple of 8 (TMA's 16-byte aligned rows), an fp32
     product and int32 offsets throughout, on sm_90 or later (or the interpreter). Under bf16
     operands A is cast to a bf16 [M, K] copy by a pass. The output is stored with masked
     tl.store, so N needs no alignment."""
@@ -1051,8 +1051,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if _starved_by_tma(spec, target, precision, stage, scheme):
         return []
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
-            stage.reductions or -(-con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
-            < target.compute_units):
+            stage.reductions or _tiles_128(con) < target.compute_units):
         # bf16 operands: its cast pass pays only where a wave of 128 x 128 tiles fills the SMs
         # and the stage has no row reduction (measured with a fused one: see TMA_DEFAULT)
         return []
@@ -1094,12 +1093,15 @@ def _starved_by_tma(spec: KernelSpec, target, precision: str, stage: RegionShape
     interpreter (tested, not timed) or with KFORGE_BUILTIN_TMA=1."""
     if target.interpreter or os.environ.get(TMA_ENV) == "1":
         return False
-    con = stage.contraction
-    tiles = -(-con.extent(con.batch) * con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
-    if tiles * 4 >= target.compute_units:
+    if _tiles_128(stage.contraction) * 4 >= target.compute_units:
         return False
-    return any(c.get("SPLIT_K", 1) > 1
-               for c in stage_configs(spec, target, precision, stage, scheme)[:1])
+    first = stage_configs(spec, target, precision, stage, scheme)[:1]
+    return bool(first) and first[0].get("SPLIT_K", 1) > 1
+
+
+def _tiles_128(con: Contraction) -> int:
+    """The product's 128 x 128 output tiles (the TMA kernel's programs at its smallest tile)."""
+    return -(-con.extent(con.batch) * con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
 
 
 def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
