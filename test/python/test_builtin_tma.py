@@ -87,6 +87,38 @@ def test_tma_persistent_loop_covers_edge_tiles(monkeypatch, tmp_path):
     check(cand, s, "bf16", tmp_path)
 
 
+@pytest.mark.parametrize("policy,scheme,slices,flatten", [
+    ("bf16", None, 2, False), ("bf16", "fp16x1", 4, True), ("strict", "fp16x3", 4, False),
+    ("tf32", "fp16x1", 2, True)])
+def test_tma_epilogue_in_column_slices(policy, scheme, slices, flatten, monkeypatch, tmp_path):
+    """EPI_SPLIT: the epilogue (the fp16 schemes' column scales, the bias, the ReLU, the masked
+    store) on each of 2 or 4 column slices of the accumulator, split by reshape/permute/split
+    (halves of halves: a slice out of order lands in the wrong columns and the check fails),
+    over ragged M and N edges; FLATTEN pipelines the tile loop with the K loop (the
+    interpreter runs it as written)."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=100)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16 * slices, "BLOCK_K": 16, "GROUP_M": 2,
+              "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "TMA": True,
+              "input_precision": scheme, "EPI_SPLIT": slices, "FLATTEN": flatten}
+    cand = candidates(s, "cpu", policy, [config])[0]
+    assert "EPI_N" in cand.source
+    assert cand.source.count("tl.store(") >= slices
+    assert ("flatten=True" in cand.source) == flatten
+    assert not static_check(cand.source), static_check(cand.source)
+    check(cand, s, policy, tmp_path)
+
+
+def test_tma_epilogue_slices_need_whole_slices_of_16(monkeypatch, tmp_path):
+    """4 slices of a 32-column tile would be 8 wide: no candidate, the others unaffected."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=44)
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
+              "num_warps": 4, "num_stages": 1, "TMA": True, "EPI_SPLIT": 4}
+    assert candidates(s, "cpu", "bf16", [config]) == []
+    assert candidates(s, "cpu", "bf16", [dict(config, EPI_SPLIT=2)])
+
+
 def test_tma_is_offered_only_where_it_fits_and_not_when_turned_off(monkeypatch, tmp_path):
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "0")
     big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=2048)

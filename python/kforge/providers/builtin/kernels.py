@@ -892,15 +892,16 @@ def _emit_grouped_tile(scope: Scope, tile: str) -> None:
 
 
 def _emit_epilogue(b: _Builder, em: Emitter, scope: Scope, con: Contraction, tile_index: tuple,
-                   outputs: list[str], acc_dtype: str, tile_deps: frozenset) -> None:
+                   outputs: list[str], acc_dtype: str, tile_deps: frozenset,
+                   acc: str = "acc") -> None:
     """The region's ops on the accumulator tile `acc` (bound in `scope`) and the stores of
     `outputs`: reading the product inlines to the tile."""
     spec, op = b.spec, con.op
     vc = op.results[0]
     vc_dtype = spec.tensor(vc).dtype
-    acc_val = Val("acc", tile_deps, acc_dtype)
+    acc_val = Val(acc, tile_deps, acc_dtype)
     if vc_dtype != acc_dtype:
-        acc_val = em.define(scope, tile_deps, f"acc.to({TL_DTYPES[vc_dtype]})", vc_dtype)
+        acc_val = em.define(scope, tile_deps, f"{acc}.to({TL_DTYPES[vc_dtype]})", vc_dtype)
     init_const = em.init_constant(op.inits[0])
     if init_const != 0.0:
         init = em.value(op.inits[0], tile_index, scope)
@@ -1203,8 +1204,17 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     tf32 = b.precision == "tf32" and scheme == _tf32_scheme(target)
     if tf32:                            # A itself, fp32, where it lies
         a16 = op.operands[con.a]
+    # the epilogue in column slices of EPI_N (epi_slices of them): each slice's masked store
+    # converts a [BLOCK_M, EPI_N] tile through shared memory instead of the whole tile, which
+    # frees that memory for a fourth stage at 128 x 256 (a fused row reduction needs the
+    # whole row: one slice)
+    epi_slices = 1 if fuse_rows else config.get("EPI_SPLIT", 1)
+    if epi_slices not in (1, 2, 4) or BN % (epi_slices * 16):
+        raise CannotGenerate(f"EPI_SPLIT {epi_slices}: 1, 2 or 4 slices of at least 16 of the "
+                             f"tile's {BN} columns")
+    epi_n = "BLOCK_N" if epi_slices == 1 else "EPI_N"
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
-             "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", "BLOCK_N"))}
+             "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", epi_n))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
     em = b.emitter(kvars, columns)
     em.loads.setdefault(a16, set()).add("dot")
@@ -1229,13 +1239,16 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     # against the H200's 232448; K loop alone 147480)
     top.emit("# persistent: NUM_SMS programs walk the tiles in grouped order (GROUP_M row tiles "
              "share their B tiles in L2)")
-    tile = Scope(top, binds={"rm", "rn"}, depth=2,
-                 header="for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, "
-                        "num_stages=1):")
+    # FLATTEN: one software pipeline over (tile, K step), the next tile's loads in flight
+    # during this tile's epilogue; else only the K loop is pipelined
+    pipe = "flatten=True" if config.get("FLATTEN") else "num_stages=1"
+    tile = Scope(top, binds={"rm", "rn"} if epi_slices == 1 else {"rm"}, depth=2,
+                 header=f"for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, {pipe}):")
     em.root = tile
     _emit_grouped_tile(tile, "tile")
     tile.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
-    tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
+    if epi_slices == 1:
+        tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
     tile.emit("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
     loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
     if scheme == FP16X3:
@@ -1271,18 +1284,42 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
                   "weight's column exponents (stored after its plane)")
         tile.emit(f"s_a = tl.load({em.pointers[f'{op.results[0]}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")"))
-        tile.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
-                  + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
-        tile.emit("acc = acc * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
     p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
     tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
-    _emit_epilogue(b, em, tile, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}))
+    accs = ["acc"]
+    if epi_slices > 1:
+        tile.emit(f"# the epilogue in {epi_slices} column slices of EPI_N (halves of halves: "
+                  "reshape, permute, split)")
+    while len(accs) < epi_slices:
+        halves = []
+        for a in accs:
+            tile.emit(f"{a}_0, {a}_1 = tl.split(tl.permute(tl.reshape({a}, (BLOCK_M, 2, "
+                      f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
+            halves += [f"{a}_0", f"{a}_1"]
+        accs = halves
+    for i, a in enumerate(accs):
+        part = tile
+        if epi_slices > 1:
+            part = Scope(tile, binds={"rn"}, depth=2,
+                         header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
+            part.emit(f"rn = pid_n * BLOCK_N + {i} * EPI_N + tl.arange(0, EPI_N)[None, :]")
+        if scheme in FP16_SCHEMES:
+            part.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
+                      + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
+            part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
+        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
+                       acc=a)
+        if part is not tile:
+            part.close()
     tile.close()
     b.tma = True
     fused = "; row reductions fused (one tile spans N)" if fuse_rows else ""
-    b.finish(em, name, outputs, {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
-                                 "GROUP_M": config["GROUP_M"], "NUM_SMS": programs}, top.lines,
+    constexprs = {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK, "GROUP_M": config["GROUP_M"],
+                  "NUM_SMS": programs}
+    if epi_slices > 1:
+        constexprs["EPI_N"] = BN // epi_slices
+    b.finish(em, name, outputs, constexprs, top.lines,
              f"({programs},)", config["num_warps"], config.get("num_stages"),
              options=target.launch_options(config),
              comment=f"{op.name} M={M} N={N} K={K}; persistent, operands by TMA "
