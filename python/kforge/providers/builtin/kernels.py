@@ -1036,12 +1036,15 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     wanted (tma_wanted) and the stage qualifies (tma_eligible) and, on a GPU, has more than 128
     rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles) and, for
     bf16 operands, at least a wave of 128 x 128 tiles and no row reduction (unless
-    KFORGE_BUILTIN_TMA=1); else none. The tiles tma2 measured best on the H200
-    (benchmarks/gemm/NOTES.md runs 5-7): 128x256x64, 8
-    warps, GROUP_M 16 beyond 512 rows (3 stages: the tl.store epilogue's layout conversion takes
-    the fourth's shared memory), 128x128x64 below; then the target's first tile. A row
-    reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most 64
-    accumulator values a thread."""
+    KFORGE_BUILTIN_TMA=1); else none. The tiles and pipelines tma2 measured best on the H200
+    (benchmarks/gemm/NOTES.md runs 5-7): beyond 512 rows 128x256x64, 8 warps, 4 stages,
+    GROUP_M 16, the epilogue in 4 column slices, the tile loop flattened with the K loop
+    (229408 bytes of shared memory), then the same not flattened (fewer registers where an
+    epilogue would spill); up to 512 rows 128x128x64 with 6 stages and 2 slices, flattened,
+    then 4 stages not; then the target's first tile. Not timed in this kernel yet (tma2, the
+    same structure with a TMA-store epilogue, ran 1.04-1.13x its predecessor at M >= 8192).
+    A row reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most
+    64 accumulator values a thread, whole-tile epilogue."""
     if not tma_wanted(target) or not tma_eligible(spec, target, precision, stage, scheme):
         return []
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
@@ -1071,8 +1074,10 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         # tiles; H200 2026-12-04, 4096^3 + GELU + residual + layer norm: 128x128 tiles 0.376 ms
         # against the pointer kernel's 128x256 0.315)
         M = con.extent(con.m)
-        own = [_cfg_tile(128, 256, 64, 8, 3, 16), _cfg_tile(128, 128, 64, 8, 4, 16)] \
-            if M > 512 else [_cfg_tile(128, 128, 64, 8, 4, 16), _cfg_tile(128, 128, 64, 4, 4, 8)]
+        own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
+               _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4)] if M > 512 else \
+            [_cfg_tile(128, 128, 64, 8, 6, 16, EPI_SPLIT=2, FLATTEN=True),
+             _cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2)]
         tiles = own + tiles
     out, seen = [], set()
     for c in tiles:
@@ -1132,9 +1137,9 @@ def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionS
     return [dict(c, TMA=True) for c in tiles]
 
 
-def _cfg_tile(bm, bn, bk, warps, stages, group_m) -> dict:
+def _cfg_tile(bm, bn, bk, warps, stages, group_m, **keys) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m, "SPLIT_K": 1,
-            "num_warps": warps, "num_stages": stages}
+            "num_warps": warps, "num_stages": stages, **keys}
 
 
 def build_cast_pass(b: _Builder, shape: RegionShape, out: str, name: str) -> None:
@@ -1204,9 +1209,12 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     tf32 = b.precision == "tf32" and scheme == _tf32_scheme(target)
     if tf32:                            # A itself, fp32, where it lies
         a16 = op.operands[con.a]
-    # the epilogue in column slices of EPI_N (epi_slices of them): each slice's masked store
-    # converts a [BLOCK_M, EPI_N] tile through shared memory instead of the whole tile, which
-    # frees that memory for a fourth stage at 128 x 256 (a fused row reduction needs the
+    # the epilogue in column slices of EPI_N (epi_slices of them), as tma2's: the epilogue's
+    # values are [BLOCK_M, EPI_N] at a time, beside the accumulator (sm_90 cross-compile of
+    # the suite's 43 TMA GEMM regions under tf32, 42 at 128x256x64: whole-tile epilogues took
+    # 193-255 registers and 6 of them spilled 64-792 bytes, which made the spill screen pass
+    # over the tile; in 4 slices 162-244 registers, none spilled), and each slice's store
+    # converts a slice, not the tile, through shared memory (a fused row reduction needs the
     # whole row: one slice)
     epi_slices = 1 if fuse_rows else config.get("EPI_SPLIT", 1)
     if epi_slices not in (1, 2, 4) or BN % (epi_slices * 16):
@@ -1233,14 +1241,13 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
              f"{K}], strides=[{K}, 1], block_shape=[BLOCK_M, BLOCK_K])")
     top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{planes * N}, "
              f"{K}], strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])")
-    # only the K loop is pipelined: the tile loop flattened with it (tma2's FLATTEN), or
-    # pipelined itself where K is one step, takes a tile-sized buffer more with this tl.store
-    # epilogue (sm_90 cross-compile, 128x256x64, 3 stages: 278552 bytes of shared memory
-    # against the H200's 232448; K loop alone 147480)
+    # FLATTEN: one software pipeline over (tile, K step), the next tile's loads in flight
+    # during this tile's epilogue (tma2's); else only the K loop is pipelined. Flattened, the
+    # epilogue's store takes a buffer of the slice it converts beside the stages (sm_90
+    # cross-compile, 128x256x64: whole tile and 3 stages 278552 bytes of shared memory against
+    # the H200's 232448; 4 slices and 4 stages 229408; K loop alone, 4 stages, 196640)
     top.emit("# persistent: NUM_SMS programs walk the tiles in grouped order (GROUP_M row tiles "
              "share their B tiles in L2)")
-    # FLATTEN: one software pipeline over (tile, K step), the next tile's loads in flight
-    # during this tile's epilogue; else only the K loop is pipelined
     pipe = "flatten=True" if config.get("FLATTEN") else "num_stages=1"
     tile = Scope(top, binds={"rm", "rn"} if epi_slices == 1 else {"rm"}, depth=2,
                  header=f"for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, {pipe}):")
