@@ -199,8 +199,8 @@ def test_stop_rule_fires_at_the_floor_and_not_far_from_it():
     assert (measured["BLOCK_M"], measured["BLOCK_N"]) == (128, 256)
     twins = [c for c in space if c.get("TMA") and (c["BLOCK_M"], c["BLOCK_N"]) == (128, 256)]
     # (per scheme, fp16x1 and bf16 operands: the tile with its epilogue in four column slices,
-    # pipelined with the next tile's loads and not)
-    assert len(twins) == 4
+    # pipelined with the next tile's loads and not, and with its whole-tile epilogue)
+    assert len(twins) == 6
     recs = analyst.analyze_profile(spec, get_target("cuda"), "bf16", shape, space,
                                    _profile(measured, 0.2332), [measured] + twins)
     stop = [r for r in recs if r.startswith(STOP_PREFIX)]

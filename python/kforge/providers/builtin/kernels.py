@@ -1040,8 +1040,9 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     (benchmarks/gemm/NOTES.md runs 5-7): beyond 512 rows 128x256x64, 8 warps, 4 stages,
     GROUP_M 16, the epilogue in 4 column slices, the tile loop flattened with the K loop
     (229408 bytes of shared memory), then the same not flattened (fewer registers where an
-    epilogue would spill); up to 512 rows 128x128x64 with 6 stages and 2 slices, flattened,
-    then 4 stages not; then the target's first tile. Not timed in this kernel yet (tma2, the
+    epilogue would spill), then the tile before the slices (3 stages); up to 512 rows
+    128x128x64 with 6 stages and 2 slices, flattened, then 4 stages not, then 4 stages with
+    the whole-tile epilogue. Elsewhere the target's first two tiles. Not timed in this kernel yet (tma2, the
     same structure with a TMA-store epilogue, ran 1.04-1.13x its predecessor at M >= 8192).
     A row reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most
     64 accumulator values a thread, whole-tile epilogue."""
@@ -1074,10 +1075,14 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         # tiles; H200 2026-12-04, 4096^3 + GELU + residual + layer norm: 128x128 tiles 0.376 ms
         # against the pointer kernel's 128x256 0.315)
         M = con.extent(con.m)
+        # (third: the tile as it was before the slices, measured on the H200 2026-12-04/05,
+        # for the tuner to fall back on where the new pipeline times slower)
         own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
-               _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4)] if M > 512 else \
+               _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4),
+               _cfg_tile(128, 256, 64, 8, 3, 16)] if M > 512 else \
             [_cfg_tile(128, 128, 64, 8, 6, 16, EPI_SPLIT=2, FLATTEN=True),
-             _cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2)]
+             _cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2),
+             _cfg_tile(128, 128, 64, 8, 4, 16)]
         tiles = own + tiles
     out, seen = [], set()
     for c in tiles:
@@ -1086,7 +1091,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         if key not in seen:
             seen.add(key)
             out.append(c)
-    return out[:2]
+    return out[:3] if not fused and not target.interpreter else out[:2]
 
 
 def _starved_by_tma(spec: KernelSpec, target, precision: str, stage: RegionShape,
