@@ -34,7 +34,7 @@ step small "${SMALL_S:-120}" KF_POLICY=bf16 KF_SCHEMES=fp16x1 KF_BUDGET_S=100 \
   KF_SHAPES="${SMALL_SHAPES:-512,4096,8192;256,8192,8192}"
 # the split-K rule: the pointer kernel's split-K tiles against the TMA tiles it replaces
 step splitk "${SPLITK_S:-100}" KF_POLICY=tf32 KF_SCHEMES=fp16x1 KFORGE_BUILTIN_TMA=1 \
-  KF_BUDGET_S=80 KF_SHAPES="512,512,32768;256,1024,32768"
+  KF_BUDGET_S=80 KF_SHAPES="256,1024,32768;512,1024,16384"
 # strict: fp16x3 on the TMA kernel (opt-in) against the pointer kernel and PyTorch's fp32
 step strict "${STRICT_S:-130}" KF_POLICY=strict KF_BUDGET_S=110 \
   KF_SHAPES="4096,4096,4096;8192,8192,8192"

@@ -1042,10 +1042,11 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     (229408 bytes of shared memory), then the same not flattened (fewer registers where an
     epilogue would spill), then the tile before the slices (3 stages); up to 512 rows
     128x128x64 with 6 stages and 2 slices, flattened, then 4 stages not, then 4 stages with
-    the whole-tile epilogue. Elsewhere the target's first two tiles. Not timed in this kernel yet (tma2, the
-    same structure with a TMA-store epilogue, ran 1.04-1.13x its predecessor at M >= 8192).
-    A row reduction fused over the tile keeps the target's tiles (BLOCK_N spans N) of at most
-    64 accumulator values a thread, whole-tile epilogue."""
+    the whole-tile epilogue. Not timed in this kernel yet (tma2, the same structure with a
+    TMA-store epilogue, ran 1.04-1.13x its predecessor at M >= 8192). A row reduction fused
+    over the tile keeps the target's first two tiles (BLOCK_N spans N) of at most 64
+    accumulator values a thread, and a whole-tile epilogue; the interpreter too (tested, not
+    timed)."""
     if not tma_wanted(target) or not tma_eligible(spec, target, precision, stage, scheme):
         return []
     if decode_shaped(stage) and not target.interpreter:     # (the interpreter: tested, not timed)
