@@ -13,3 +13,15 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/kforge-triton}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # PACKAGES: the caller's, else the script's DEFAULT_PACKAGES (set before sourcing), else the suite's
 PACKAGES="${PACKAGES:-${DEFAULT_PACKAGES:-.carry/bench}}"
+
+# env_txt: $OUT/env.txt (the date, the GPU and its clocks, torch and triton, the commit), printed
+env_txt() {
+  {
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu \
+      --format=csv
+    $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+    git log -1 --format='code %h %s' 2>/dev/null
+  } > "$OUT/env.txt" 2>&1
+  cat "$OUT/env.txt"
+}

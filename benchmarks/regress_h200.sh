@@ -11,13 +11,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_env.sh"
 OLD="${OLD:-}"
-{
-  date -u +%FT%TZ
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-  $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-  git log -1 --format='code %h %s' 2>/dev/null
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+env_txt
 timeout "${TESTS_S:-240}" $PY -m pytest -q -p no:cacheprovider test/python/test_fastlaunch.py \
   test/python/test_graphs.py test/python/test_attention_kernel.py -k "gpu or fastlaunch or graph" \
   > "$OUT/tests.log" 2>&1

@@ -10,13 +10,7 @@
 #   OUT=$OUT bash benchmarks/gemm/ab_tma_h200.sh          (on the device, repository root)
 set -uo pipefail
 source "$(dirname "$0")/../device_env.sh"
-{
-  date -u +%FT%TZ
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
-  $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-  git log -1 --format='code %h %s' 2>/dev/null
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+env_txt
 step() {        # step NAME TIMEOUT_S ENV...: bench_builtin.py with the given environment
   local name=$1 limit=$2; shift 2
   mkdir -p "$OUT/$name"
