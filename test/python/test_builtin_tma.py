@@ -109,6 +109,37 @@ def test_tma_epilogue_in_column_slices(policy, scheme, slices, flatten, monkeypa
     check(cand, s, policy, tmp_path)
 
 
+@pytest.mark.parametrize("scheme", [None, "fp16x1"])
+def test_tma_epilogue_slices_match_the_whole_tile_bit_for_bit(scheme, monkeypatch, tmp_path):
+    """A real region with several outputs in a head layout (a tiny Llama's Q projection with
+    RoPE: [32, 64] x [64, 64] -> [1, 2, 32, 16]-shaped results through reshapes and a
+    transpose, fixtures/regions/tiny_llama_q_rope.json from `kforge compile
+    benchmarks/models/llama.py`): the sliced epilogue computes every element as the whole-tile
+    one does, so the outputs are identical, not merely close."""
+    import torch
+    from test_builtin import make_args
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    from pathlib import Path
+    from kforge.spec import load_spec
+    s = load_spec(Path(__file__).parent / "fixtures" / "regions" / "tiny_llama_q_rope.json")
+    first = next(c for c in config_space(s, "cpu", "bf16")
+                 if c.get("TMA") and c.get("input_precision") == scheme)
+    whole = dict(first, BLOCK_N=64, EPI_SPLIT=1)
+    outs = {}
+    for slices in (1, 2, 4):
+        cand = candidates(s, "cpu", "bf16", [dict(whole, EPI_SPLIT=slices,
+                                                  FLATTEN=slices > 1)])[0]
+        assert ("EPI_N" in cand.source) == (slices > 1)
+        module = load_candidate(cand.source, tmp_path / f"q_rope_{slices}.py")
+        outs[slices] = run_candidate(module, s, make_args(s, 0))
+    assert len(outs[1]) >= 2
+    for slices in (2, 4):
+        for a, b in zip(outs[1], outs[slices]):
+            assert torch.equal(a, b), (slices, (a - b).abs().max())
+    if scheme:
+        check(candidates(s, "cpu", "bf16", [dict(whole, EPI_SPLIT=4)])[0], s, "bf16", tmp_path)
+
+
 def test_tma_epilogue_slices_need_whole_slices_of_16(monkeypatch, tmp_path):
     """4 slices of a 32-column tile would be 8 wide: no candidate, the others unaffected."""
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
