@@ -4,7 +4,7 @@
 # before (whole-tile epilogue, 3 stages at 128x256 / 4 at 128x128, only the K loop pipelined) and
 # against cuBLAS, in one process per policy, each variant timed KF_PASSES times in alternating
 # order; then the split-K rule (`_starved_by_tma`) at the shape that motivated it, and strict's
-# opt-in fp16x3 TMA tiles against its pointer kernel. Writes env.txt and, per step, a log and
+# opt-in fp16x3 TMA tiles (the first in two column parts) against its pointer kernel. Writes env.txt and, per step, a log and
 # builtin_gemm.json under $OUT/<step>/.
 #
 #   OUT=$OUT bash benchmarks/gemm/ab_tma_h200.sh          (on the device, repository root)
@@ -29,7 +29,8 @@ step small "${SMALL_S:-120}" KF_POLICY=bf16 KF_SCHEMES=fp16x1 KF_BUDGET_S=100 \
 # the split-K rule: the pointer kernel's split-K tiles against the TMA tiles it replaces
 step splitk "${SPLITK_S:-100}" KF_POLICY=tf32 KF_SCHEMES=fp16x1 KFORGE_BUILTIN_TMA=1 \
   KF_BUDGET_S=80 KF_SHAPES="256,1024,32768;512,1024,16384"
-# strict: fp16x3 on the TMA kernel (opt-in) against the pointer kernel and PyTorch's fp32
+# strict: fp16x3 on the TMA kernel (opt-in; its first tile in two column parts, N_PARTS, then
+# 128x128x64) against the pointer kernel and PyTorch's fp32
 step strict "${STRICT_S:-130}" KF_POLICY=strict KF_BUDGET_S=110 \
   KF_SHAPES="4096,4096,4096;8192,8192,8192"
 echo "wall $(( $(date +%s) - START )) s"

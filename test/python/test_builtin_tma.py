@@ -140,6 +140,26 @@ def test_tma_epilogue_slices_match_the_whole_tile_bit_for_bit(scheme, monkeypatc
         check(candidates(s, "cpu", "bf16", [dict(whole, EPI_SPLIT=4)])[0], s, "bf16", tmp_path)
 
 
+def test_fp16x3_tma_tile_in_two_column_parts(monkeypatch, tmp_path):
+    """N_PARTS (strict's fp16x3, opt-in with the TMA kernel): two accumulators over the tile's
+    column halves, each with its own three products a K step on the shared A planes, and the
+    epilogue on each: within strict's tolerance over ragged M, N and K edges; first among the
+    opt-in fp16x3 tiles where N spans more than 128 columns; not for other schemes."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=100)
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
+              "num_warps": 4, "num_stages": 1, "TMA": True, "input_precision": "fp16x3",
+              "N_PARTS": 2}
+    cand = candidates(s, "cpu", "strict", [config])[0]
+    assert "acc_1 += part" in cand.source and "block_shape=[EPI_N, BLOCK_K]" in cand.source
+    assert not static_check(cand.source), static_check(cand.source)
+    check(cand, s, "strict", tmp_path)
+    assert candidates(s, "cpu", "bf16", [dict(config, input_precision="fp16x1")]) == []
+    big = _big_spec(tmp_path / "big", "matmul_bias_relu", M=1024, K=512, N=2048)
+    first = next(c for c in config_space(big, "cuda", "strict") if c.get("TMA"))
+    assert first.get("N_PARTS") == 2 and first["BLOCK_N"] == 256
+
+
 def test_tma_epilogue_slices_need_whole_slices_of_16(monkeypatch, tmp_path):
     """4 slices of a 32-column tile would be 8 wide: no candidate, the others unaffected."""
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
@@ -230,7 +250,10 @@ def test_strict_and_tf32_tma_are_offered_only_when_asked(policy, scheme, monkeyp
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     first = own(config_space(big, "cuda", policy))[0]
     assert first.get("TMA"), first
-    assert (first["BLOCK_M"], first["BLOCK_N"], first["num_warps"]) == (128, 128, 8)
+    # fp16x3: the tile in two column parts (N_PARTS) first; tf32: its 128 x 128 fp32 tile
+    expect = (128, 256, 8, 2) if scheme == "fp16x3" else (128, 128, 8, None)
+    assert (first["BLOCK_M"], first["BLOCK_N"], first["num_warps"],
+            first.get("N_PARTS")) == expect, first
     fused = _big_spec(tmp_path / "rows", "linear_gelu_layer_norm_softmax", M=1024, K=512, N=12)
     assert not any(c.get("TMA") for c in own(config_space(fused, "cuda", policy)))
 
@@ -275,15 +298,16 @@ def test_strict_and_tf32_tma_candidates_match_the_reference(policy, scheme, monk
 @pytest.mark.parametrize("policy,scheme", POLICY_SCHEMES)
 def test_strict_and_tf32_tma_kernels_compile_to_wgmma_for_sm90(policy, scheme, monkeypatch,
                                                               tmp_path):
-    """Their two tiles for sm_90: wgmma, no spills, within the H200's shared memory (fp16x3:
-    four 16 KiB tiles a stage; tf32: fp32 tiles of 32 or 48 KiB a stage)."""
+    """Their tiles for sm_90: wgmma, no spills, within the H200's shared memory (fp16x3:
+    four 16 KiB tiles a stage, and 128 x 256 x 32 in two column parts; tf32: fp32 tiles of 32
+    or 48 KiB a stage)."""
     pytest.importorskip("triton.backends.nvidia.compiler")
     xc = pytest.importorskip("kforge.crosscompile")
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=512)
     cands = [c for c in candidates(s, "cuda", policy)
              if c.config.get("TMA") and c.config["input_precision"] == scheme]
-    assert len(cands) == 2
+    assert len(cands) == (3 if scheme == "fp16x3" else 2)
     limit = get_target("cuda").arch_info.shared_bytes
     for cand in cands:
         reports = xc.compile_candidate(cand.source, s, 90, name="t")

@@ -1135,7 +1135,11 @@ def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionS
         tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
                  if c.get("SPLIT_K", 1) == 1][:1]
     elif scheme == FP16X3:
+        # first the tile in two column parts (N_PARTS: A's planes read once for 256 columns;
+        # 48 KiB a stage at BLOCK_K 32), where N spans more than one 128-column tile
         tiles = [_cfg_tile(128, 128, 64, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
+        if con.extent(con.n) > 128:
+            tiles.insert(0, _cfg_tile(128, 256, 32, 8, 4, 16, N_PARTS=2))
     else:
         tiles = [_cfg_tile(256, 128, 32, 8, 3, 16), _cfg_tile(128, 128, 32, 8, 4, 16)]
         if not (con.extent(con.m) >= 1024 and con.extent(con.n) >= 8192):
@@ -1223,6 +1227,18 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     # converts a slice, not the tile, through shared memory (a fused row reduction needs the
     # whole row: one slice)
     epi_slices = 1 if fuse_rows else config.get("EPI_SPLIT", 1)
+    # N_PARTS (fp16x3): the tile's columns in parts, each with its own accumulator and its own
+    # fresh `part` a K step, sharing the step's A tiles. A 128 x 256 tile reads A's two planes
+    # once for 256 columns instead of twice for two 128-column tiles, with the registers of
+    # two 128 x 128 accumulators and one `part` (one 128 x 256 accumulator and a part of its
+    # size would not fit): the operand traffic a product drops by a quarter. The epilogue
+    # then runs on the parts as its slices.
+    n_parts = config.get("N_PARTS", 1)
+    if n_parts > 1:
+        if scheme != FP16X3 or fuse_rows or n_parts != 2:
+            raise CannotGenerate("N_PARTS: 2 parts of an fp16x3 tile without a fused row "
+                                 "reduction")
+        epi_slices = n_parts
     if epi_slices not in (1, 2, 4) or BN % (epi_slices * 16):
         raise CannotGenerate(f"EPI_SPLIT {epi_slices}: 1, 2 or 4 slices of at least 16 of the "
                              f"tile's {BN} columns")
@@ -1245,8 +1261,9 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     top.emit("group = GROUP_M * num_pid_n")
     top.emit(f"a_desc = tl.make_tensor_descriptor({em.pointers[a16]}, shape=[{planes * M}, "
              f"{K}], strides=[{K}, 1], block_shape=[BLOCK_M, BLOCK_K])")
+    w_rows = "BLOCK_N" if n_parts == 1 else "EPI_N"
     top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{planes * N}, "
-             f"{K}], strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])")
+             f"{K}], strides=[{K}, 1], block_shape=[{w_rows}, BLOCK_K])")
     # FLATTEN: one software pipeline over (tile, K step), the next tile's loads in flight
     # during this tile's epilogue (tma2's); else only the K loop is pipelined. Flattened, the
     # epilogue's store takes a buffer of the slice it converts beside the stages (sm_90
@@ -1262,9 +1279,30 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     tile.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
     if epi_slices == 1:
         tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
-    tile.emit("acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)")
+    parts = [f"acc_{j}" for j in range(n_parts)] if n_parts > 1 else ["acc"]
+    for a in parts:
+        tile.emit(f"{a} = tl.full([BLOCK_M, {w_rows}], 0.0, tl.float32)")
     loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
-    if scheme == FP16X3:
+    if scheme == FP16X3 and n_parts > 1:
+        loop.emit("a_hi = a_desc.load([pid_m * BLOCK_M, k0])  # A's hi plane, zero past K")
+        loop.emit(f"a_lo = a_desc.load([{M} + pid_m * BLOCK_M, k0])  # its lo plane")
+        opts = ', input_precision="ieee"' if target.interpreter else ""
+        if target.interpreter:
+            loop.emit("a_hi = a_hi.to(tl.float32)")
+            loop.emit("a_lo = a_lo.to(tl.float32)")
+        for j, a in enumerate(parts):
+            loop.emit(f"# columns [{j} * EPI_N, {j + 1} * EPI_N): {weight}'s hi and lo planes "
+                      "[N, K]")
+            loop.emit(f"w_hi = w_desc.load([pid_n * BLOCK_N + {j} * EPI_N, k0]).T")
+            loop.emit(f"w_lo = w_desc.load([{N} + pid_n * BLOCK_N + {j} * EPI_N, k0]).T")
+            if target.interpreter:
+                loop.emit("w_hi = w_hi.to(tl.float32)")
+                loop.emit("w_lo = w_lo.to(tl.float32)")
+            loop.emit(f"part = tl.dot(a_lo, w_hi{opts})")
+            loop.emit(f"part = tl.dot(a_hi, w_lo, part{opts})")
+            loop.emit(f"part = tl.dot(a_hi, w_hi, part{opts})")
+            loop.emit(f"{a} += part  # {op.name}")
+    elif scheme == FP16X3:
         loop.emit("a_hi = a_desc.load([pid_m * BLOCK_M, k0])  # A's hi plane, zero past K")
         loop.emit(f"a_lo = a_desc.load([{M} + pid_m * BLOCK_M, k0])  # its lo plane")
         loop.emit(f"w_hi = w_desc.load([pid_n * BLOCK_N, k0]).T  # {weight}'s hi plane [N, K]")
@@ -1300,8 +1338,8 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
     p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
     tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
-    accs = ["acc"]
-    if epi_slices > 1:
+    accs = parts
+    if epi_slices > len(accs):
         tile.emit(f"# the epilogue in {epi_slices} column slices of EPI_N (halves of halves: "
                   "reshape, permute, split)")
     while len(accs) < epi_slices:
