@@ -173,7 +173,10 @@ def _acc_regs(c: dict) -> float:
     bm, warps = c.get("BLOCK_M", 128), c.get("num_warps", 4)
     threads = 32 * min(warps, 4 * max(1, bm // 64))
     per = bm * c.get("BLOCK_N", 128) / threads
-    return per * (2 if c.get("input_precision") == "fp16x3" else 1)
+    if c.get("input_precision") != "fp16x3":
+        return per
+    # the partial product spans one of the tile's N_PARTS column parts (TMA kernel)
+    return per * (1 + 1 / c.get("N_PARTS", 1))
 
 
 def _values_per_thread(c: dict) -> float:
