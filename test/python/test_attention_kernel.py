@@ -280,6 +280,39 @@ def test_fp16x3_scheme_keeps_the_scores_fp32_grade():
         attention_source(head_dim=64, dtype="bf16", dot_precision="fp16x3")
 
 
+@pytest.mark.parametrize("name", ["causal_square", "sinks", "gqa_packed_causal",
+                                  "causal_window", "d80_padded", "tiles_16x32"])
+def test_fp16x1_scheme_on_every_feature(name):
+    """dot_precision="fp16x1": one fp16 product each for q@k^T and p@v on power-of-two-scaled
+    operands (q per row, k per key, v per column of the tile), the scales undone on the fp32
+    scores and on each tile's p@v: tf32-grade (11 significant bits) wherever the features put
+    their masks, sinks, GQA packing and padding."""
+    shape, opts = FEATURES[name]
+    q, k, v = _inputs(*shape, seed=12)
+    sinks = torch.randn(q.shape[1]) if opts.get("sinks") else None
+    out, ref = _run(q, k, v, sinks=sinks, dot_precision="fp16x1", tol=2e-3,
+                    **{k_: v_ for k_, v_ in opts.items() if k_ != "sinks"})
+    assert (out.double() - ref).abs().max().item() > 1e-6      # the rounding is applied
+
+
+def test_fp16x1_scales_keep_operands_fp16_cannot_hold():
+    """Rows of q, keys and value columns far outside fp16's range (1e6, 1e-6: unscaled they
+    would overflow to inf or vanish into subnormals): the power-of-two scales keep each within
+    fp16 at 11 significant bits and the result at the tf32 grade; a missing or wrong scale is
+    off by powers of two."""
+    q, k, v = _inputs(1, 2, 2, 33, 40, 32, seed=13)
+    q[:, :, ::2] *= 1e-5           # rows of q (fp16 subnormals unscaled)
+    q[:, :, 1::2] *= 1e-3
+    k[:, :, ::3] *= 1e3            # keys: the scores stay near 1 (11-bit operands give scores
+    #                                of 1e4 an absolute error of about 2, as TF32 would)
+    v[..., ::2] *= 1e6             # value columns (over fp16's 65504 unscaled)
+    v[..., 1::2] *= 1e-6
+    out, ref = _run(q, k, v, causal=True, dot_precision="fp16x1", tol=2e-3)
+    assert torch.isfinite(out).all()
+    with pytest.raises(ValueError, match="fp32"):
+        attention_source(head_dim=64, dtype="bf16", dot_precision="fp16x1")
+
+
 def test_strided_layouts():
     """q/k/v as transformers hands them ([B, S, H, D] transposed to [B, H, S, D]); out follows q's
     layout; k/v as a slice of a larger KV cache."""

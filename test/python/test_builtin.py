@@ -184,9 +184,12 @@ def test_an_attention_mismatch_moves_the_repair_to_another_dot_scheme():
     got = BuiltinProvider().generate(req)
     assert got and (got[0].config.get("dot_precision"), got[0].config.get("fp32_dot")) != first
     assert config_space(s, target, "bf16")[0]["dot_precision"] == "ieee"
-    # between them under bf16, fp32-grade scores with one fp16 p@v (fp32 q, k, v only)
+    # between them under bf16, fp32-grade scores with one fp16 p@v, then one fp16 product each
+    # on power-of-two-scaled operands (fp32 q, k, v only)
     order = [c["dot_precision"] for c in config_space(s, target, "bf16")]
-    assert list(dict.fromkeys(order)) == ["ieee", "fp16x3", "bf16"]
+    assert list(dict.fromkeys(order)) == ["ieee", "fp16x3", "fp16x1", "bf16"]
+    order = [c["dot_precision"] for c in config_space(s, target, "tf32")]
+    assert list(dict.fromkeys(order)) == ["tf32", "fp16x1", "ieee"]
 
 
 def test_a_region_without_operands_computes_on_the_target_device(tmp_path):

@@ -59,6 +59,13 @@ Precision (`dot_precision`):
     verification's wide-magnitude check). The bf16 policy's second scheme, for prefill, where
     bf16-rounded scores missed the tolerance (Llama-3-8B, H200) and 3xTF32 on both products
     took 40 % of the step.
+  * "fp16x1" (fp32 q, k, v only): one fp16 product each for q@k^T and p@v, on operands scaled
+    by powers of two so that fp16 neither overflows nor loses them to subnormals: each row of q
+    and each key of a k tile by its own (max |x| over the head dim below 2**15), each column of
+    a v tile likewise over the tile's keys; the scales are undone exactly on the fp32 scores and
+    on each tile's p@v before it is added. Operands keep 11 significant bits, as TF32 does (and
+    8x finer than bf16), at the 16-bit rate: tf32's second scheme and bf16's second, before
+    fp16x3. P is in [0, 1] and rounded to fp16 as fp16x3 does.
   * interpret=True (the Triton interpreter, TRITON_INTERPRET=1): numpy has no bf16 matmul, so
     every dot widens its (already rounded) operands to fp32 and multiplies exactly; the rounding of
     the "bf16" policy is still applied first, so the numerics match the GPU's up to accumulation
@@ -95,7 +102,7 @@ def head_dim_ok(d) -> bool:
     """Whether the kernel takes `d` as a head dim (of queries and keys, or of values)."""
     return isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_HEAD_DIM
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
-DOT_PRECISIONS = ("ieee", "tf32", "bf16", "fp16x3")
+DOT_PRECISIONS = ("ieee", "tf32", "bf16", "fp16x3", "fp16x1")
 FP32_DOTS = ("tf32x3", "ieee")
 MASK_KINDS = {None: 0, "bool": 1, "additive": 2}
 MASKED_ROWS = ("zero", "nan")
@@ -130,7 +137,23 @@ def _dot_fp16x3(a, b, INTERP: tl.constexpr):
     return c + _mma(a_hi, b_hi, "", INTERP)
 
 @triton.jit
-def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,
+def _fp16_scaled(x, AXIS: tl.constexpr):
+    """x as fp16 scaled by a power of two per row (AXIS 1) or per column (AXIS 0), max |x| over
+    AXIS below 2**15 after scaling (a zero slice: scale 1), and the factors that undo it
+    (exact: powers of two); NaN and inf stay NaN and inf."""
+    amax = tl.max(tl.abs(x), AXIS)
+    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126     # amax < 2**e
+    e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)
+    up = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)        # 2**(15 - e)
+    down = ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)      # 2**(e - 15)
+    if AXIS == 1:
+        y = (x * up[:, None]).to(tl.float16)
+    else:
+        y = (x * up[None, :]).to(tl.float16)
+    return y, down
+
+@triton.jit
+def _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,
                stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                BOUNDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                HEAD_DIM: tl.constexpr, BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
@@ -165,6 +188,9 @@ def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start
         kt = kt.to(LOWP)
     if QK_PREC == "fp16x3":
         s = _dot_fp16x3(q, kt, INTERP) * QK_SCALE
+    elif QK_PREC == "fp16x1":       # q scaled per row (qs), each key of the tile per column
+        kt, ks = _fp16_scaled(kt, 0)
+        s = _mma(q, kt, "", INTERP) * (qs[:, None] * (ks * QK_SCALE)[None, :])
     else:
         s = _mma(q, kt, QK_PREC, INTERP) * QK_SCALE
     if MASK_KIND != 0:
@@ -201,16 +227,20 @@ def _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok, start
         p = tl.exp(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    if PV_PREC == "":
-        pv_a = p.to(LOWP)
-        pv_b = v.to(LOWP)
+    if PV_PREC == "fp16x1":         # v scaled per column over the tile's keys, undone after
+        v16, vs = _fp16_scaled(v, 0)
+        acc = acc + _mma(p.to(tl.float16), v16, "", INTERP) * vs[None, :]
     else:
-        pv_a = p
-        pv_b = v.to(tl.float32)
-    if CHAIN_PV and not INTERP:
-        acc = tl.dot(pv_a, pv_b, acc)
-    else:
-        acc = acc + _mma(pv_a, pv_b, PV_PREC, INTERP)
+        if PV_PREC == "":
+            pv_a = p.to(LOWP)
+            pv_b = v.to(LOWP)
+        else:
+            pv_a = p
+            pv_b = v.to(tl.float32)
+        if CHAIN_PV and not INTERP:
+            acc = tl.dot(pv_a, pv_b, acc)
+        else:
+            acc = acc + _mma(pv_a, pv_b, PV_PREC, INTERP)
     return acc, l_i, m_new
 
 
@@ -276,6 +306,10 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     if CAST_Q:
         q = q.to(LOWP)
+    if QK_PREC == "fp16x1":
+        q, qs = _fp16_scaled(q, 1)                 # each row by its own power of two
+    else:
+        qs = tl.full([BLOCK_M], 1.0, tl.float32)
     k_base = K + b64 * stride_kb + hkv.to(tl.int64) * stride_kh
     v_base = V + b64 * stride_vb + hkv.to(tl.int64) * stride_vh
     # the new keys, addressed by absolute key index j (their row j - C)
@@ -316,19 +350,19 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
     mid_hi = tl.maximum(tl.minimum((full_hi // BLOCK_N) * BLOCK_N, hi), mid_lo)
 
     for start_n in range(lo, mid_lo, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok,
                                    start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
                                    HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
                                    QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
     for start_n in range(mid_lo, mid_hi, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok,
                                    start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, False, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
                                    HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
                                    QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
     for start_n in range(mid_hi, hi, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, mask_rows, row_i, row_ok,
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok,
                                    start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
                                    HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
@@ -336,7 +370,7 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
 
     if TWO:                                        # the new keys, every block bounded
         for start_n in range(C, hi_all, BLOCK_N):
-            acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k2_base, v2_base, mask_rows, row_i,
+            acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k2_base, v2_base, mask_rows, row_i,
                                        row_ok, start_n, Skv, off, stride_k2n, stride_k2d,
                                        stride_v2n, stride_v2d, stride_mn, True, BLOCK_N, BLOCK_D,
                                        HEAD_DIM, BLOCK_DV, HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL,
@@ -484,11 +518,15 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     _check(math.isfinite(scale), "scale must be finite")
 
     f32 = dtype == "fp32"
-    _check(dot_precision != "fp16x3" or f32, "dot_precision 'fp16x3' takes fp32 q, k, v")
-    lowp = "tl.float16" if dtype == "fp16" or dot_precision == "fp16x3" else "tl.bfloat16"
+    for split in ("fp16x3", "fp16x1"):
+        _check(dot_precision != split or f32, f"dot_precision {split!r} takes fp32 q, k, v")
+    lowp = "tl.float16" if dtype == "fp16" or dot_precision in ("fp16x3", "fp16x1") \
+        else "tl.bfloat16"
     bf16 = dot_precision == "bf16"
-    fp32_prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": "", "fp16x3": ""}[dot_precision]
-    qk_prec = "fp16x3" if dot_precision == "fp16x3" else fp32_prec if f32 else ""
+    fp32_prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": "", "fp16x3": "",
+                 "fp16x1": "fp16x1"}[dot_precision]
+    qk_prec = dot_precision if dot_precision in ("fp16x3", "fp16x1") \
+        else fp32_prec if f32 else ""
     pv_prec = fp32_prec
     # additive masks stay in natural-log units: finfo.min * log2(e) would overflow to -inf and
     # turn an eager-style "all finfo.min" row (uniform weights in torch) into an empty one
@@ -614,7 +652,14 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     if dot_precision == "ieee" and fp32_dot == "ieee":
         # plain fp32 FMA dots (no tensor cores): only small tiles stay out of local memory
         return [c(64, 16, 8, 2), c(32, 16, 4, 2)]
-    if dot_precision == "fp16x3":
+    if dot_precision == "fp16x1" and big:
+        # one fp16 dot each on scaled operands; the scales and the fp32 v tile beside its fp16
+        # copy take registers: at D = 128 (Llama-3-8B prefill, causal, sm_90 cross-compile,
+        # Triton 3.9) 128x64 w8 s2 spilled 40 bytes (255 registers), 128x32 233-237 and 64x32
+        # 244 none; at D = 64 (gpt-oss, sinks and a window) fp16x3's tiles 212-254, none.
+        # Not yet timed on a GPU
+        return [c(128, 32, 8, 3), c(128, 32, 8, 2), c(64, 32, 4, 3), c(128, 64, 8, 2)]
+    if dot_precision in ("fp16x3", "fp16x1"):
         # q@k^T's three fp16 dots, p@v one: fewer registers than tf32x3's six (sm_90 cross-
         # compile, Triton 3.9, Llama-3-8B prefill D=128 causal: 128x64 w8 s2 238 registers, no
         # spills, 160 KB shared; D=64 with sinks and a window: 196); not yet timed on a GPU

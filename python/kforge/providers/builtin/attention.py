@@ -8,8 +8,8 @@ how its products are taken:
 | policy | q@k^T and p@v |
 |---|---|
 | strict | fp32 operands through 3xTF32 (`tf32x3`), then plain fp32 FMA (`ieee`) as the fallback |
-| tf32 | TF32 tensor cores, then 3xTF32 |
-| bf16 | bf16 operands with fp32 accumulation, then q@k^T as three fp16 products with one fp16 p@v (`fp16x3`, fp32 operands only), then 3xTF32 |
+| tf32 | TF32 tensor cores, then one fp16 product each on power-of-two-scaled operands (`fp16x1`, fp32 operands only: TF32's 11 significant bits at the 16-bit rate), then 3xTF32 |
+| bf16 | bf16 operands with fp32 accumulation, then `fp16x1` (8x finer operand rounding at the same rate), then q@k^T as three fp16 products with one fp16 p@v (`fp16x3`), then 3xTF32 |
 
 Each precision scheme is tried over the target's tile configurations
 (`kforge.kernels.attention.attention_configs`), the policy's own scheme first.
@@ -25,10 +25,13 @@ OPERAND_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 PRECISION_SCHEMES = {
     "strict": [{"dot_precision": "ieee", "fp32_dot": "tf32x3"},
                {"dot_precision": "ieee", "fp32_dot": "ieee"}],
-    "tf32": [{"dot_precision": "tf32"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
-    "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "fp16x3"},
+    "tf32": [{"dot_precision": "tf32"}, {"dot_precision": "fp16x1"},
              {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
+    "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "fp16x1"},
+             {"dot_precision": "fp16x3"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
 }
+# the schemes that split or scale fp32 operands into fp16 ones (fp32 q, k, v only)
+FP32_ONLY = ("fp16x3", "fp16x1")
 
 
 def is_attention(spec) -> bool:
@@ -117,8 +120,8 @@ def attention_space(spec, target, precision: str) -> list[dict]:
         # fp32-accurate ones cost nothing, where bf16-rounded q, k, v (a 2049-key softmax on
         # Llama-3-8B decode) missed the policy's margin on the H200
         schemes = schemes[::-1]
-    if opts["dtype"] != "fp32":      # fp16x3 splits fp32 operands
-        schemes = [sc for sc in schemes if sc["dot_precision"] != "fp16x3"]
+    if opts["dtype"] != "fp32":      # fp16x3 splits fp32 operands, fp16x1 scales them
+        schemes = [sc for sc in schemes if sc["dot_precision"] not in FP32_ONLY]
     space = []
     for scheme in schemes:
         tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],
