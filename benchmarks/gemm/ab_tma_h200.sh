@@ -4,8 +4,8 @@
 # before (whole-tile epilogue, 3 stages at 128x256 / 4 at 128x128, only the K loop pipelined) and
 # against cuBLAS, in one process per policy, each variant timed KF_PASSES times in alternating
 # order; then the split-K rule (`_starved_by_tma`) at the shape that motivated it, and strict's
-# opt-in fp16x3 TMA tiles (the first in two column parts) against its pointer kernel. Writes env.txt and, per step, a log and
-# builtin_gemm.json under $OUT/<step>/.
+# opt-in fp16x3 TMA tiles (the first in two column parts) against its pointer kernel. Writes
+# env.txt and, per step, a log and builtin_gemm.json under $OUT/<step>/.
 #
 #   OUT=$OUT bash benchmarks/gemm/ab_tma_h200.sh          (on the device, repository root)
 set -uo pipefail
@@ -21,7 +21,8 @@ step() {        # step NAME TIMEOUT_S ENV...: bench_builtin.py with the given en
 # beyond 512 rows: first configuration (new), v0 the old one, v1 the new one not flattened
 step big "${BIG_S:-300}" KF_POLICY=bf16 KF_SCHEMES=fp16x1 KF_BUDGET_S=260 \
   KF_TMA_VARIANTS='[{"EPI_SPLIT": 1, "FLATTEN": false, "num_stages": 3}, {"FLATTEN": false}]' \
-  KF_SHAPES="${BIG_SHAPES:-8192,8192,8192;4096,4096,4096;2048,2048,8192;8192,4096,1024;16384,4096,14336}"
+  KF_SHAPES="${BIG_SHAPES:-8192,8192,8192;4096,4096,4096;2048,2048,8192;8192,4096,1024;\
+16384,4096,14336}"
 # up to 512 rows: v0 the old first tile (4 stages, whole epilogue, not flattened)
 step small "${SMALL_S:-120}" KF_POLICY=bf16 KF_SCHEMES=fp16x1 KF_BUDGET_S=100 \
   KF_TMA_VARIANTS='[{"EPI_SPLIT": 1, "FLATTEN": false, "num_stages": 4}, {"FLATTEN": false}]' \

@@ -218,10 +218,11 @@ def main():
             if v.get("ms_passes"):
                 v["ms"] = min(v["ms_passes"])
                 v["tflops"] = round(flops / v["ms"] / 1e9, 1)
+            keys = ("BLOCK_M", "BLOCK_N", "num_stages", "EPI_SPLIT", "FLATTEN", "N_PARTS",
+                    "SPLIT_K")
+            tile = {k: v["config"][k] for k in keys if k in v["config"]}
             print(f"{builder} {M}x{N}x{K} {label}: {v.get('ms', v.get('error'))} "
-                  f"passes {v.get('ms_passes')} tol {v.get('tol_ratio')} "
-                  f"{ {k: v['config'][k] for k in ('BLOCK_M', 'BLOCK_N', 'num_stages', 'EPI_SPLIT', 'FLATTEN', 'SPLIT_K') if k in v['config']} }",
-                  flush=True)
+                  f"passes {v.get('ms_passes')} tol {v.get('tol_ratio')} {tile}", flush=True)
         del loaded
         rows.append(row)
         del args, xb, wb
