@@ -24,10 +24,12 @@ from kforge.providers.builtin import candidates, config_space  # noqa: E402
 from kforge.spec import load_spec  # noqa: E402
 
 
-def before(config: dict) -> dict:
-    old = {k: v for k, v in config.items() if k not in ("EPI_SPLIT", "FLATTEN")}
-    old["num_stages"] = 3 if config["BLOCK_N"] == 256 else 4
-    return old
+def before(space: list[dict], first: dict) -> dict:
+    """The tile as it was before the slices: the TMA configuration of `first`'s scheme and
+    tile with a whole-tile epilogue (tma_configs keeps it third, for the tuner)."""
+    return next(c for c in space if c.get("TMA") and not c.get("EPI_SPLIT")
+                and c.get("input_precision") == first.get("input_precision")
+                and (c["BLOCK_M"], c["BLOCK_N"]) == (first["BLOCK_M"], first["BLOCK_N"]))
 
 
 def label(c: dict) -> str:
@@ -77,7 +79,7 @@ def main():
             continue
         first = space[0]
         row = {"workload": f.parent.parent.name, "region": spec.hash, "policy": policy,
-               "before": compile_gemm(spec, policy, before(first)),
+               "before": compile_gemm(spec, policy, before(space, first)),
                "now": compile_gemm(spec, policy, first)}
         if first.get("FLATTEN"):
             row["not_flattened"] = compile_gemm(spec, policy, dict(first, FLATTEN=False))

@@ -103,6 +103,7 @@ def head_dim_ok(d) -> bool:
     return isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_HEAD_DIM
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 DOT_PRECISIONS = ("ieee", "tf32", "bf16", "fp16x3", "fp16x1")
+FP16_SPLITS = ("fp16x3", "fp16x1")     # fp32 q, k, v split (fp16x3) or scaled (fp16x1)
 FP32_DOTS = ("tf32x3", "ieee")
 MASK_KINDS = {None: 0, "bool": 1, "additive": 2}
 MASKED_ROWS = ("zero", "nan")
@@ -518,15 +519,13 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     _check(math.isfinite(scale), "scale must be finite")
 
     f32 = dtype == "fp32"
-    for split in ("fp16x3", "fp16x1"):
-        _check(dot_precision != split or f32, f"dot_precision {split!r} takes fp32 q, k, v")
-    lowp = "tl.float16" if dtype == "fp16" or dot_precision in ("fp16x3", "fp16x1") \
-        else "tl.bfloat16"
+    split = dot_precision in FP16_SPLITS
+    _check(not split or f32, f"dot_precision {dot_precision!r} takes fp32 q, k, v")
+    lowp = "tl.float16" if dtype == "fp16" or split else "tl.bfloat16"
     bf16 = dot_precision == "bf16"
     fp32_prec = {"ieee": fp32_dot, "tf32": "tf32", "bf16": "", "fp16x3": "",
                  "fp16x1": "fp16x1"}[dot_precision]
-    qk_prec = dot_precision if dot_precision in ("fp16x3", "fp16x1") \
-        else fp32_prec if f32 else ""
+    qk_prec = dot_precision if split else fp32_prec if f32 else ""
     pv_prec = fp32_prec
     # additive masks stay in natural-log units: finfo.min * log2(e) would overflow to -inf and
     # turn an eager-style "all finfo.min" row (uniform weights in torch) into an empty one
@@ -659,7 +658,7 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
         # 244 none; at D = 64 (gpt-oss, sinks and a window) fp16x3's tiles 212-254, none.
         # Not yet timed on a GPU
         return [c(128, 32, 8, 3), c(128, 32, 8, 2), c(64, 32, 4, 3), c(128, 64, 8, 2)]
-    if dot_precision in ("fp16x3", "fp16x1"):
+    if dot_precision in FP16_SPLITS:
         # q@k^T's three fp16 dots, p@v one: fewer registers than tf32x3's six (sm_90 cross-
         # compile, Triton 3.9, Llama-3-8B prefill D=128 causal: 128x64 w8 s2 238 registers, no
         # spills, 160 KB shared; D=64 with sinks and a window: 196); not yet timed on a GPU

@@ -30,8 +30,6 @@ PRECISION_SCHEMES = {
     "bf16": [{"dot_precision": "bf16"}, {"dot_precision": "fp16x1"},
              {"dot_precision": "fp16x3"}, {"dot_precision": "ieee", "fp32_dot": "tf32x3"}],
 }
-# the schemes that split or scale fp32 operands into fp16 ones (fp32 q, k, v only)
-FP32_ONLY = ("fp16x3", "fp16x1")
 
 
 def is_attention(spec) -> bool:
@@ -111,7 +109,7 @@ def _options(spec, target) -> dict:
 
 
 def attention_space(spec, target, precision: str) -> list[dict]:
-    from kforge.kernels.attention import attention_configs
+    from kforge.kernels.attention import FP16_SPLITS, attention_configs
     opts = _options(spec, target)
     where = "cpu" if target.name == "cpu" else "cuda"
     schemes = PRECISION_SCHEMES.get(precision, PRECISION_SCHEMES["strict"])
@@ -121,7 +119,7 @@ def attention_space(spec, target, precision: str) -> list[dict]:
         # Llama-3-8B decode) missed the policy's margin on the H200
         schemes = schemes[::-1]
     if opts["dtype"] != "fp32":      # fp16x3 splits fp32 operands, fp16x1 scales them
-        schemes = [sc for sc in schemes if sc["dot_precision"] not in FP32_ONLY]
+        schemes = [sc for sc in schemes if sc["dot_precision"] not in FP16_SPLITS]
     space = []
     for scheme in schemes:
         tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],

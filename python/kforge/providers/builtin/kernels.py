@@ -960,10 +960,10 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
     under strict and tf32 with fp16x3 (both planes of each), or under tf32 with its own scheme
     (A, an argument read as it lies, and the weight both in fp32, no pass): a 2-D product (no
     batch) whose B is a weight [N, K] read as it lies (nn.Linear's weight, cast to bf16 or split
-    to its fp16 planes once by prepare_weights), K a multiple of 8 (TMA's 16-byte aligned rows), an fp32
-    product and int32 offsets throughout, on sm_90 or later (or the interpreter). Under bf16
-    operands A is cast to a bf16 [M, K] copy by a pass. The output is stored with masked
-    tl.store, so N needs no alignment."""
+    to its fp16 planes once by prepare_weights), K a multiple of 8 (TMA's 16-byte aligned
+    rows), an fp32 product and int32 offsets throughout, on sm_90 or later (or the
+    interpreter). Under bf16 operands A is cast to a bf16 [M, K] copy by a pass. The output is
+    stored with masked tl.store, so N needs no alignment."""
     if stage.kind != "gemm" or target.name not in ("cuda", "cpu"):
         return False
     tf32 = precision == "tf32" and scheme == _tf32_scheme(target)
@@ -1067,6 +1067,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     # the target fuses the row reduction into the tile where its tiles span N
     fused = bool(stage.reductions and problem.get("full_rows") and tiles) \
         and tiles[0]["BLOCK_N"] >= con.extent(con.n)
+    keep = 2                # TMA configurations offered: the target's first two, or `own`
     if fused and not target.interpreter:
         # row reductions on the tile hold the row's values beside the accumulator: at most 64
         # accumulator values a thread (sm_90, 128x128 with 4 warps: 72 bytes of spills)
@@ -1084,7 +1085,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
             [_cfg_tile(128, 128, 64, 8, 6, 16, EPI_SPLIT=2, FLATTEN=True),
              _cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2),
              _cfg_tile(128, 128, 64, 8, 4, 16)]
-        tiles = own + tiles
+        tiles, keep = own + tiles, len(own)
     out, seen = [], set()
     for c in tiles:
         c = dict(c, TMA=True)           # (config_space adds the scheme's input_precision)
@@ -1092,7 +1093,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         if key not in seen:
             seen.add(key)
             out.append(c)
-    return out[:3] if not fused and not target.interpreter else out[:2]
+    return out[:keep]
 
 
 def _starved_by_tma(spec: KernelSpec, target, precision: str, stage: RegionShape,
@@ -1283,40 +1284,26 @@ def _emit_gemm_tma(b: _Builder, shape: RegionShape, outputs: list[str], config: 
     for a in parts:
         tile.emit(f"{a} = tl.full([BLOCK_M, {w_rows}], 0.0, tl.float32)")
     loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
-    if scheme == FP16X3 and n_parts > 1:
+    if scheme == FP16X3:
         loop.emit("a_hi = a_desc.load([pid_m * BLOCK_M, k0])  # A's hi plane, zero past K")
         loop.emit(f"a_lo = a_desc.load([{M} + pid_m * BLOCK_M, k0])  # its lo plane")
         opts = ', input_precision="ieee"' if target.interpreter else ""
-        if target.interpreter:
-            loop.emit("a_hi = a_hi.to(tl.float32)")
-            loop.emit("a_lo = a_lo.to(tl.float32)")
+        # per column part (one, or N_PARTS sharing A's planes): the three products into a
+        # fresh `part`, added to its accumulator in exact fp32 (as the pointer kernel's fp16x3
+        # step: chaining all of K in the tensor core's accumulator truncates)
         for j, a in enumerate(parts):
-            loop.emit(f"# columns [{j} * EPI_N, {j + 1} * EPI_N): {weight}'s hi and lo planes "
-                      "[N, K]")
-            loop.emit(f"w_hi = w_desc.load([pid_n * BLOCK_N + {j} * EPI_N, k0]).T")
-            loop.emit(f"w_lo = w_desc.load([{N} + pid_n * BLOCK_N + {j} * EPI_N, k0]).T")
-            if target.interpreter:
-                loop.emit("w_hi = w_hi.to(tl.float32)")
-                loop.emit("w_lo = w_lo.to(tl.float32)")
+            col = "pid_n * BLOCK_N" + (f" + {j} * EPI_N" if n_parts > 1 else "")
+            if n_parts > 1:
+                loop.emit(f"# columns [{j} * EPI_N, {j + 1} * EPI_N)")
+            loop.emit(f"w_hi = w_desc.load([{col}, k0]).T  # {weight}'s hi plane [N, K]")
+            loop.emit(f"w_lo = w_desc.load([{N} + {col}, k0]).T  # its lo plane")
+            if target.interpreter:          # fp16 values, fp32 products
+                for v in ("a_hi", "a_lo", "w_hi", "w_lo")[2 if j else 0:]:
+                    loop.emit(f"{v} = {v}.to(tl.float32)")
             loop.emit(f"part = tl.dot(a_lo, w_hi{opts})")
             loop.emit(f"part = tl.dot(a_hi, w_lo, part{opts})")
             loop.emit(f"part = tl.dot(a_hi, w_hi, part{opts})")
             loop.emit(f"{a} += part  # {op.name}")
-    elif scheme == FP16X3:
-        loop.emit("a_hi = a_desc.load([pid_m * BLOCK_M, k0])  # A's hi plane, zero past K")
-        loop.emit(f"a_lo = a_desc.load([{M} + pid_m * BLOCK_M, k0])  # its lo plane")
-        loop.emit(f"w_hi = w_desc.load([pid_n * BLOCK_N, k0]).T  # {weight}'s hi plane [N, K]")
-        loop.emit(f"w_lo = w_desc.load([{N} + pid_n * BLOCK_N, k0]).T  # its lo plane")
-        if target.interpreter:          # fp16 values, fp32 products
-            for v in ("a_hi", "a_lo", "w_hi", "w_lo"):
-                loop.emit(f"{v} = {v}.to(tl.float32)")
-        opts = ', input_precision="ieee"' if target.interpreter else ""
-        # the three products into a fresh `part`, added to acc in exact fp32 (as the pointer
-        # kernel's fp16x3 step: chaining all of K in the tensor core's accumulator truncates)
-        loop.emit(f"part = tl.dot(a_lo, w_hi{opts})")
-        loop.emit(f"part = tl.dot(a_hi, w_lo, part{opts})")
-        loop.emit(f"part = tl.dot(a_hi, w_hi, part{opts})")
-        loop.emit(f"acc += part  # {op.name}")
     elif tf32:
         loop.emit("a = a_desc.load([pid_m * BLOCK_M, k0])  # fp32, zero past M and K")
         loop.emit(f"w = w_desc.load([pid_n * BLOCK_N, k0])  # {weight} [N, K] fp32 tile")
