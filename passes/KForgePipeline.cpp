@@ -1,7 +1,8 @@
 //===- KForgePipeline.cpp - --kforge-pipeline -----------------------------===//
 //
 // The standard cleanups and the KForge passes in order:
-//   kforge-gathers-to-reshapes, canonicalize, kforge-slices-to-generics, cse,
+//   kforge-gathers-to-reshapes, canonicalize, kforge-concat-to-generics,
+//   kforge-slices-to-generics, cse,
 //   linalg-generalize-named-ops,
 //   [linalg-fuse-elementwise-ops],
 //   kforge-form-regions, kforge-outline-regions, canonicalize, cse, [kforge-export-regions]
@@ -53,6 +54,7 @@ void buildKForgePipeline(OpPassManager &pm, const KForgePipelineOptions &options
   pm.addPass(createKForgeGathersToReshapes());
   pm.addPass(createCanonicalizerPass());
   // After canonicalization, which folds slices it can (of constants, of whole tensors).
+  pm.addPass(createKForgeConcatToGenerics());
   pm.addPass(createKForgeSlicesToGenerics());
   pm.addPass(createCSEPass());
   if (options.generalize)

@@ -232,6 +232,50 @@ def KForgeGathersToReshapes : Pass<"kforge-gathers-to-reshapes", "::mlir::Module
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def KForgeConcatToGenerics : Pass<"kforge-concat-to-generics", "::mlir::ModuleOp"> {
+  let summary = "Write tensor.concat ops as linalg.generic selects";
+  let description = [{
+    The kernel spec has no record for `tensor.concat` (torch-mlir writes `torch.cat` so), and a
+    concatenation left outside every region is one more pass over memory: `rotate_half` in
+    RoPE (`cat(-x2, x1)`) wrote its halves, copied them, and read them again. A concatenation
+    along a dimension of static sizes is an elementwise op: output index `i` reads input `k`
+    at `i - offset(k)`, where `k` is the input whose range holds `i`. This pass writes it as a
+    `linalg.generic` that reads every input at `(i + c(k)) mod size(k)`, with `c(k)` the
+    non-negative residue of `-offset(k)` (the same index inside input `k`'s range, and an index
+    inside the input elsewhere, so every read is in bounds), and selects input `k`'s value by
+    comparing `linalg.index` with the offsets. Fusion then treats it as any elementwise op.
+    Concatenations of more than `max-inputs` tensors (each element reads every input) or along
+    a dynamic dimension are left alone.
+
+    Before:
+    ```mlir
+    %c = tensor.concat dim(1) %a, %b : (tensor<8x32xf32>, tensor<8x32xf32>) -> tensor<8x64xf32>
+    ```
+    After:
+    ```mlir
+    %e = tensor.empty() : tensor<8x64xf32>
+    %c = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1 mod 32)>,
+                                          affine_map<(d0, d1) -> (d0, d1 mod 32)>,
+                                          affine_map<(d0, d1) -> (d0, d1)>],
+                         iterator_types = ["parallel", "parallel"]}
+        ins(%a, %b : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e : tensor<8x64xf32>) {
+    ^bb0(%x: f32, %y: f32, %out: f32):
+      %i = linalg.index 1 : index
+      %c32 = arith.constant 32 : index
+      %lt = arith.cmpi ult, %i, %c32 : index
+      %v = arith.select %lt, %x, %y : f32
+      linalg.yield %v : f32
+    } -> tensor<8x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"maxInputs", "max-inputs", "unsigned", /*default=*/"4",
+           "Most inputs of a concatenation written as a generic">,
+  ];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def KForgeSlicesToGenerics : Pass<"kforge-slices-to-generics", "::mlir::ModuleOp"> {
   let summary = "Write static tensor.extract_slice ops as linalg.generic copies";
   let description = [{

@@ -44,7 +44,9 @@ FALLBACK_OPS = frozenset({
     # attention: kept whole (the decomposition table's entry is dropped) and given a fused
     # kernel as a one-op region (kforge.kernel_fallbacks); its reference is torch's SDPA
     "aten.scaled_dot_product_attention",
-    # concatenation: tensor.concat, which kernel specs do not describe (a copy at memory speed)
+    # concatenation: tensor.concat, which kernel specs do not describe (a copy at memory
+    # speed); except a concatenation `kforge-opt --kforge-concat-to-generics` writes as an
+    # elementwise select (`cat_is_elementwise`), which fuses with its producers and consumers
     "aten.cat",
     # writes into a slice (`x[..., a:b] = y` after functionalization: DeepSeek's attention
     # assembles its keys so): tensor.insert_slice, which neither kernel specs nor the host
@@ -92,7 +94,51 @@ def is_fallback(op, extra: frozenset[str]) -> bool:
     if not name.startswith("torch.aten."):
         return False
     short = name[len("torch."):]
-    return short in FALLBACK_OPS or short in extra
+    if short in extra:
+        return True
+    return short in FALLBACK_OPS and not (short == "aten.cat" and cat_is_elementwise(op))
+
+
+# most tensors a concatenation may join and still be an elementwise op: every output element
+# reads each of them (ConcatToGenerics.cpp's `max-inputs` default)
+CAT_MAX_INPUTS = 4
+
+
+def cat_is_elementwise(op) -> bool:
+    """True when `kforge-opt` writes this `torch.aten.cat` as a `linalg.generic`: 2 to
+    CAT_MAX_INPUTS tensors of the result's dtype, of static, non-zero sizes along a constant
+    dimension."""
+    from torch_mlir import ir
+
+    tensors, dim = op.operands[0], op.operands[1]
+    owner = tensors.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "torch.prim.ListConstruct":
+        return False
+    if isinstance(dim.owner, ir.Block) or dim.owner.operation.name != "torch.constant.int":
+        return False
+    dim = ir.IntegerAttr(dim.owner.operation.attributes["value"]).value
+    result = _vtensor(op.results[0].type)
+    parts = [_vtensor(v.type) for v in owner.operation.operands]
+    if result is None or not 2 <= len(parts) <= CAT_MAX_INPUTS or None in parts:
+        return False
+    shape, dtype = result
+    if not shape or not -len(shape) <= dim < len(shape):
+        return False
+    dim %= len(shape)
+    return all(d == dtype and len(p) == len(shape) and p[dim] not in (None, 0)
+               for p, d in parts) and shape[dim] is not None
+
+
+def _vtensor(type_) -> tuple[list[int | None], str] | None:
+    """`!torch.vtensor<[4,?,32],f32>` -> ([4, None, 32], "f32"); None for anything else."""
+    match = re.fullmatch(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>", str(type_))
+    if not match:
+        return None
+    dims = [d.strip() for d in match.group(1).split(",")] if match.group(1).strip() else []
+    try:
+        return [None if d == "?" else int(d) for d in dims], match.group(2)
+    except ValueError:
+        return None
 
 
 def outline_fallbacks(module, extra: frozenset[str] = frozenset()) -> int:

@@ -254,8 +254,10 @@ def _lower_to_linalg(program, origin: str) -> tuple[str, dict]:
         raise UserError(f"{origin}: PyTorch's decompositions (run before torch-mlir) failed: "
                         f"{type(exc).__name__}: {_clip(first, 400)}") from None
     from kforge.frontend.attention_patterns import fuse_written_attention, simplify_kv_cache
+    from kforge.frontend.constant_masks import fold_constant_masks
     fuse_written_attention(program.graph_module)
     simplify_kv_cache(program.graph_module)
+    fold_constant_masks(program.graph_module)
     _as_strided_to_view(program.graph_module)
     fx_graph = graph_record(program.graph_module, _user_inputs(program))
     handler = context.attach_diagnostic_handler(collect)
