@@ -1,9 +1,16 @@
 """`torch.ops.kforge.attention`: attention with optional sinks, as one op.
 
     attention(q [B, H, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, D], mask (additive,
-              broadcastable to [B, H, Sq, Skv]) or None, sinks [H] or None, scale) -> [B, H, Sq, D]
+              broadcastable to [B, H, Sq, Skv]) or None, sinks [H] or None, scale,
+              causal=False, window=0) -> [B, H, Sq, D]
 
     out = softmax([scale * q @ k^T + mask, sink_h]) without its sink column, @ v
+
+`causal` and `window` say the same as a mask in fewer bytes (kforge.frontend.constant_masks
+puts them where the model's mask is a constant of that shape): with `causal`, query i sees key
+j only if j <= i + (Skv - Sq) (bottom-right aligned); with `window` W > 0, only if
+j > i + (Skv - Sq) - W as well (transformers' sliding window). The kernel then skips the blocks
+outside that band (kforge.kernels.attention's `causal` and `window`).
 
 H is a multiple of Hkv: query head h reads kv head h // (H / Hkv) (grouped-query attention, as
 transformers' repeat_kv lays the heads out; kforge.frontend.attention_patterns folds that copy
@@ -20,8 +27,29 @@ from __future__ import annotations
 import torch
 
 _LIB = torch.library.Library("kforge", "FRAGMENT")
-_LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks, float scale) "
-            "-> Tensor")
+_LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks, float scale, "
+            "bool causal=False, int window=0) -> Tensor")
+
+
+def band_mask(sq: int, skv: int, causal: bool, window: int, device=None) -> torch.Tensor | None:
+    """[Sq, Skv] bool (True = keep) of `causal` and `window` as the op defines them; None when
+    neither is set."""
+    if not causal and not window:
+        return None
+    i = torch.arange(sq, device=device)[:, None] + (skv - sq)
+    j = torch.arange(skv, device=device)[None, :]
+    keep = j <= i if causal else torch.ones(sq, skv, dtype=torch.bool, device=device)
+    return keep & (j > i - window) if window else keep
+
+
+def _with_band(mask, q, skv: int, causal: bool, window: int):
+    """The additive mask with the band's excluded keys at -inf."""
+    band = band_mask(q.shape[2], skv, causal, window, q.device)
+    if band is None:
+        return mask
+    blocked = torch.zeros(band.shape, dtype=q.dtype, device=q.device).masked_fill(
+        ~band, float("-inf"))
+    return blocked if mask is None else mask + blocked
 
 
 # the score matrices one slice of attention_reference materializes (its scores, logits and
@@ -35,10 +63,12 @@ def score_bytes(q: torch.Tensor, keys: int, batch: int = 1, heads: int = 1) -> i
     return 3 * batch * heads * q.shape[2] * keys * q.element_size()
 
 
-def attention_reference(q, k, v, mask, sinks, scale: float):
+def attention_reference(q, k, v, mask, sinks, scale: float, causal: bool = False,
+                        window: int = 0):
     """The op's definition, computed a slice of (batch, query heads) at a time where the whole
     score matrix would take more than SLICE_BYTES (each slice is exact: heads and sequences are
     independent)."""
+    mask = _with_band(mask, q, k.shape[2], causal, window)
     b, h, sq, _ = q.shape
     per_head = score_bytes(q, k.shape[2])
     if score_bytes(q, k.shape[2], b, h) <= SLICE_BYTES:
@@ -83,7 +113,7 @@ _LIB.impl("attention", attention_reference, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("kforge::attention", lib=_LIB)
-def _attention_fake(q, k, v, mask, sinks, scale):
+def _attention_fake(q, k, v, mask, sinks, scale, causal=False, window=0):
     return q.new_empty(q.shape[:-1] + (v.shape[-1],))
 
 
@@ -114,4 +144,4 @@ def _attention_kv_fake(q, k, k_new, v, v_new, mask, sinks, scale):
     return q.new_empty(q.shape[:-1] + (v.shape[-1],))
 
 
-__all__ = ["attention_kv_reference", "attention_reference"]
+__all__ = ["attention_kv_reference", "attention_reference", "band_mask"]

@@ -158,9 +158,9 @@ def attention_parameters(spec: KernelSpec) -> dict:
     from kforge.fallbacks import build_args
     markers = [f"@{i}" for i in range(len(op.operands))]
     args = build_args(op.arg_list(), markers, None)
-    if op.name == SINK_ATTENTION:       # attention(q, k, v, mask, sinks, scale)
-        names = ["query", "key", "value", "attn_mask", "sinks", "scale"]
-        defaults = [None, None, None, None, None, None]
+    if op.name == SINK_ATTENTION:       # attention(q, k, v, mask, sinks, scale, causal, window)
+        names = ["query", "key", "value", "attn_mask", "sinks", "scale", "is_causal", "window"]
+        defaults = [None, None, None, None, None, None, False, 0]
     elif op.name == ATTENTION_KV:       # attention_kv(q, k, k_new, v, v_new, mask, sinks, scale)
         names = ["query", "key", "key_new", "value", "value_new", "attn_mask", "sinks", "scale"]
         defaults = [None] * 8
@@ -178,6 +178,7 @@ def attention_parameters(spec: KernelSpec) -> dict:
     values.setdefault("sinks", None)
     values.setdefault("dropout_p", 0.0)
     values.setdefault("is_causal", False)
+    values.setdefault("window", 0)
     values.setdefault("enable_gqa", False)
     for key in ("query", "key", "key_new", "value", "value_new", "attn_mask", "sinks"):
         v = values[key]

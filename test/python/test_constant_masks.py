@@ -78,7 +78,7 @@ def test_hand_written_masks(kind, causal, dropped):
     ep = traced(model, args)
     gm = ep.graph_module
     done = fold_constant_masks(gm)
-    assert done == {"masks_dropped": dropped, "masks_causal": int(causal)}
+    assert done == {"masks_dropped": dropped, "masks_causal": int(causal), "masks_banded": 0}
     (att,) = calls(gm, SDPA)
     params = sdpa_params(att)
     assert params["is_causal"] is causal
@@ -97,7 +97,7 @@ def test_dynamic_batch_mask_stays():
                              dynamic_shapes=({0: batch}, {0: batch}, {0: batch}, {0: batch}))
     from kforge.frontend.importer import _decompositions
     ep = ep.run_decompositions(_decompositions())
-    assert fold_constant_masks(ep.graph_module) == {"masks_dropped": 0, "masks_causal": 0}
+    assert not any(fold_constant_masks(ep.graph_module).values())
 
 
 def zoo(name, phase, monkeypatch):
@@ -118,7 +118,8 @@ def test_llama_prefill_mask_becomes_causal(monkeypatch):
     simplify_kv_cache(gm)
     # transformers' mask: index arithmetic, a cumsum and four gathers per call
     assert calls(gm, aten.cumsum.default) and calls(gm, aten.index.Tensor)
-    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_causal": 2}    # 2 layers
+    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_causal": 2,    # 2 layers
+                                       "masks_banded": 0}
     assert all(sdpa_params(n)["is_causal"] and sdpa_params(n)["attn_mask"] is None
                for n in calls(gm, SDPA))
     assert not calls(gm, aten.cumsum.default) and not calls(gm, aten.index.Tensor)
@@ -132,7 +133,42 @@ def test_llama_decode_mask_goes(monkeypatch):
     ep = traced(model, args)
     gm = ep.graph_module
     simplify_kv_cache(gm)
-    assert fold_constant_masks(gm) == {"masks_dropped": 2, "masks_causal": 0}
+    assert fold_constant_masks(gm) == {"masks_dropped": 2, "masks_causal": 0, "masks_banded": 0}
     assert all(n.args[5] is None for n in calls(gm, torch.ops.kforge.attention_kv.default))
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
+
+
+def test_gpt_oss_prefill_masks_become_bands(monkeypatch):
+    """gpt-oss's eager attention with sinks (kforge.attention): the full layer's mask becomes
+    `causal`, the sliding layer's `causal` with its window; the graph computes the same."""
+    model, args = zoo("gpt_oss_20b", "prefill", monkeypatch)
+    ep = traced(model, args)
+    gm = ep.graph_module
+    from kforge.frontend.attention_patterns import fuse_written_attention
+    fuse_written_attention(gm)
+    simplify_kv_cache(gm)
+    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_causal": 0, "masks_banded": 2}
+    att = calls(gm, torch.ops.kforge.attention.default)
+    window = model.config.sliding_window
+    assert sorted(n.args[3:4] + n.args[6:] for n in att) == [(None, True, 0),
+                                                             (None, True, window)]
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sq,skv,causal,window", [
+    (8, 8, True, 0), (8, 8, True, 3), (3, 8, True, 2), (8, 8, False, 3)])
+def test_band_reference_is_the_mask(sq, skv, causal, window):
+    """kforge.attention's causal/window give what the same band as a mask gives."""
+    from kforge.attention_op import attention_reference, band_mask
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, sq, 16, generator=g)
+    k, v = (torch.randn(1, 2, skv, 16, generator=g) for _ in range(2))
+    sinks = torch.randn(4, generator=g)
+    keep = band_mask(sq, skv, causal, window)
+    mask = torch.zeros(sq, skv).masked_fill(~keep, float("-inf"))
+    want = attention_reference(q, k, v, mask, sinks, 0.25)
+    got = torch.ops.kforge.attention(q, k, v, None, sinks, 0.25, causal, window)
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(got, attention_reference(q, k, v, None, sinks, 0.25))

@@ -10,14 +10,18 @@ common cases it says something the kernel can do without reading it:
 * every key allowed (a decoding step over a full cache): the mask goes;
 * SDPA over a square score matrix with exactly the causal pattern (key j allowed for query i
   iff j <= i, for every batch row and head): the mask goes and the op gets `is_causal=True`,
-  so the kernel skips the blocks above the diagonal instead of computing and masking them.
+  so the kernel skips the blocks above the diagonal instead of computing and masking them;
+* `kforge.attention` (attention written out, gpt-oss's with sinks) under a causal mask, with or
+  without a sliding window (key j allowed iff i + Skv - Sq - W < j <= i + Skv - Sq): the mask
+  goes and the op gets `causal=True` and `window=W`, so the kernel visits only the band's
+  blocks (a 128-key window over 2048 tokens: about a tenth of them).
 
 `fold_constant_masks` evaluates each attention mask that no user input, parameter or buffer
 reaches (its ancestors are constants of the graph: `arange`, `full`, literals; nothing
 random), on the CPU, with static shapes of at most MAX_ELEMENTS elements per value, and
 rewrites the op when the value is one of the cases above. Anything else (a padding mask among
-the inputs, a dynamic batch, a sliding window, an additive bias that is not 0/-inf) leaves the
-graph as it was. The chain that computed the mask is then dead and goes with it.
+the inputs, a dynamic batch, a window under SDPA, an additive bias that is not 0/-inf) leaves
+the graph as it was. The chain that computed the mask is then dead and goes with it.
 """
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ def _attention_mask(node) -> tuple[str, object] | None:
     kforge = getattr(torch.ops, "kforge", None)
     if kforge is None:
         return None
-    if node.target == kforge.attention.default and len(node.args) == 6:
+    if node.target == kforge.attention.default and len(node.args) == 6 and not node.kwargs:
         return "kforge", node.args[3]
     if node.target == kforge.attention_kv.default and len(node.args) == 8:
         return "kforge_kv", node.args[5]
@@ -105,9 +109,9 @@ def _allowed(value: torch.Tensor) -> torch.Tensor | None:
 
 def fold_constant_masks(graph_module) -> dict:
     """Rewrites the attention ops of a decomposed graph whose masks are constants (above);
-    returns how many masks were dropped and how many became `is_causal`."""
+    returns how many masks were dropped, became `is_causal`, or became a causal band."""
     graph = graph_module.graph
-    done = {"masks_dropped": 0, "masks_causal": 0}
+    done = {"masks_dropped": 0, "masks_causal": 0, "masks_banded": 0}
     cache: dict = {}
     for node in list(graph.nodes):
         found = _attention_mask(node)
@@ -124,22 +128,43 @@ def fold_constant_masks(graph_module) -> dict:
             _set_mask(node, kind, None, causal=False)
             done["masks_dropped"] += 1
             continue
-        if kind != "sdpa":
+        if kind == "kforge_kv":
             continue
         q, k = (node.args[0].meta.get("val"), node.args[1].meta.get("val"))
         if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
             continue
         sq, skv = q.shape[-2], k.shape[-2]
-        if sq != skv or allowed.shape[-2:] != (sq, skv) or not _sdpa_plain(node):
+        if allowed.shape[-2:] != (sq, skv):
             continue
-        causal = torch.ones(sq, skv, dtype=torch.bool).tril()
-        if bool((allowed == causal).all()):
-            _set_mask(node, kind, None, causal=True)
-            done["masks_causal"] += 1
+        if kind == "sdpa":
+            # torch's is_causal is top-left aligned: the same band only when Sq == Skv
+            causal = torch.ones(sq, skv, dtype=torch.bool).tril()
+            if sq == skv and _sdpa_plain(node) and bool((allowed == causal).all()):
+                _set_mask(node, kind, None, causal=True)
+                done["masks_causal"] += 1
+            continue
+        window = _band_window(allowed, sq, skv)
+        if window is not None:
+            node.args = node.args[:3] + (None,) + node.args[4:6] + (True, window)
+            done["masks_banded"] += 1
     if any(done.values()):
         _drop_dead(graph)
         graph_module.recompile()
     return done
+
+
+def _band_window(allowed: torch.Tensor, sq: int, skv: int) -> int | None:
+    """W when `allowed` is kforge.attention's causal band with window W (0: no window) for every
+    batch row and head, else None."""
+    from kforge.attention_op import band_mask
+    causal = band_mask(sq, skv, True, 0)
+    if bool((allowed == causal).all()):
+        return 0
+    # the window is how many keys the last query sees; the band must then match exactly
+    window = int(allowed.reshape(-1, sq, skv)[0, -1].sum())
+    if window < 1 or window >= skv:
+        return None
+    return window if bool((allowed == band_mask(sq, skv, True, window)).all()) else None
 
 
 _SDPA_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",

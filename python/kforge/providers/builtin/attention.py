@@ -74,8 +74,9 @@ def _options(spec, target) -> dict:
         raise CannotGenerate("attention: head counts differ without enable_gqa")
     else:
         group = 1
-    if p["is_causal"] and sq != skv:
-        # torch's is_causal is top-left aligned; the kernel's causal is bottom-right
+    if p["is_causal"] and sq != skv and spec.ops[0].name == ATTENTION:
+        # torch's is_causal is top-left aligned; the kernel's causal (and kforge.attention's)
+        # is bottom-right
         raise CannotGenerate("attention: is_causal with Sq != Skv")
     mask = None
     if p["attn_mask"] is not None:
@@ -103,6 +104,7 @@ def _options(spec, target) -> dict:
                   not in OPERAND_DTYPES):
         raise CannotGenerate("attention: sinks must be one float per query head")
     return {"head_dim": d, "value_head_dim": dv, "causal": bool(p["is_causal"]),
+            "window": int(p["window"]) or None,
             "scale": p["scale"], "mask": mask, "gqa_group": group, "dtype": dtype,
             "interpret": target.name == "cpu", "sinks": sinks, "kv_append": kv_append,
             "_seq_q": sq}
