@@ -35,11 +35,33 @@ KERNEL_FALLBACKS = {ATTENTION: "attention", SINK_ATTENTION: "attention",
                     ATTENTION_KV: "attention", MOE: "moe"}
 
 
-def attention_flops(q_shape, k_shape, value_head_dim: int | None = None) -> int:
-    """QK^T and PV: 2 * B * Hq * Sq * Skv * (D + Dv) (Dv: the values' head dim, default D)."""
+def attention_flops(q_shape, k_shape, value_head_dim: int | None = None, causal: bool = False,
+                    window: int = 0) -> int:
+    """QK^T and PV: 2 * B * Hq * pairs * (D + Dv) (Dv: the values' head dim, default D), where
+    pairs is Sq * Skv, or under `causal`/`window` the (query, key) pairs of the band
+    (bottom-right aligned, as kforge.attention_op defines it), which is all the kernel
+    computes."""
     b, h, sq, d = (s or 1 for s in q_shape)
     skv = k_shape[-2] or 1
-    return 2 * b * h * sq * skv * (d + (value_head_dim or d))
+    pairs = sq * skv
+    if causal or window:
+        off = skv - sq
+        pairs = sum(max(0, (min(skv - 1, i + off) if causal else skv - 1) -
+                        (max(0, i + off - window + 1) if window else 0) + 1)
+                    for i in range(sq))
+    return 2 * b * h * pairs * (d + (value_head_dim or d))
+
+
+def _band_of(step) -> tuple[bool, int]:
+    """(causal, window) of an attention fallback step's argument list: SDPA's is_causal
+    (top-left aligned: the same band where Sq == Skv, the only case the kernel takes), or
+    kforge.attention's causal and window."""
+    args = list(step.args or ())
+    if step.name == ATTENTION and len(args) > 5:
+        return bool(args[5]), 0
+    if step.name == SINK_ATTENTION and len(args) > 6:
+        return bool(args[6]), int(args[7]) if len(args) > 7 and args[7] else 0
+    return False, 0
 
 
 def moe_flops(x_shape, index_shape, weight_shape, w1_shape, b1_shape, w2_shape) -> int:
@@ -105,7 +127,8 @@ def _region_of(plan: HostPlan, step: FallbackOp, kind: str, producers: dict) -> 
     k_shape = args[1].shape
     if step.name == ATTENTION_KV and len(args) > 2:        # the cache, then the new keys
         k_shape = k_shape[:-2] + ((k_shape[-2] or 0) + (args[2].shape[-2] or 0), k_shape[-1])
-    flops = attention_flops(args[0].shape, k_shape, values[0].shape[-1] if values else None) \
+    flops = attention_flops(args[0].shape, k_shape, values[0].shape[-1] if values else None,
+                            *_band_of(step)) \
         if kind == "attention" else \
         moe_flops(*(a.shape for a in args[:6])) if kind == "moe" and len(args) >= 6 else 0
     elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}

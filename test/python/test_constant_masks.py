@@ -172,3 +172,14 @@ def test_band_reference_is_the_mask(sq, skv, causal, window):
     got = torch.ops.kforge.attention(q, k, v, None, sinks, 0.25, causal, window)
     torch.testing.assert_close(got, want)
     assert not torch.equal(got, attention_reference(q, k, v, None, sinks, 0.25))
+
+
+def test_band_flops_count_the_band():
+    """The floor of a banded region counts only the pairs its kernel computes."""
+    from kforge.kernel_fallbacks import attention_flops
+    full = attention_flops((1, 2, 4, 8), (1, 2, 4, 8))
+    assert full == 2 * 2 * 16 * 16
+    assert attention_flops((1, 2, 4, 8), (1, 2, 4, 8), causal=True) == full * 10 // 16
+    assert attention_flops((1, 2, 4, 8), (1, 2, 4, 8), causal=True, window=2) == full * 7 // 16
+    # bottom-right: 2 queries over 5 keys see 4 and 5 keys
+    assert attention_flops((1, 1, 2, 8), (1, 1, 5, 8), causal=True) == 2 * 9 * 16

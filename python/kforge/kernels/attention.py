@@ -760,13 +760,10 @@ def reference_attention(q, k, v, mask=None, causal: bool = False, window: int | 
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
-    i = torch.arange(Sq, device=q.device)[:, None]
-    j = torch.arange(Skv, device=q.device)[None, :]
-    keep = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device)
-    if causal:
-        keep = keep & (j <= i + (Skv - Sq))
-    if window is not None:
-        keep = keep & (j > i + (Skv - Sq) - window)
+    from kforge.attention_op import band_mask
+    keep = band_mask(Sq, Skv, causal, window or 0, q.device)
+    if keep is None:
+        keep = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device)
     keep = keep.expand(B, Hq, Sq, Skv)
     if mask is not None:
         if mask.dtype == torch.bool:
