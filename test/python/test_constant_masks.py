@@ -127,14 +127,16 @@ def test_llama_prefill_mask_becomes_causal(monkeypatch):
         torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
 
 
-def test_llama_decode_mask_goes(monkeypatch):
-    """One new token against a full cache: every key allowed, so the mask goes."""
+def test_llama_decode_mask_stays(monkeypatch):
+    """One new token against a full cache: every key is allowed, but a decoding step's mask
+    stays (a [B, 1, 1, Skv] read; without it the strict contract's PyTorch reference changes
+    path and tightens, and Qwen2's decode attention then verified no fp32 kernel)."""
     model, args = zoo("llama3_8b", "decode", monkeypatch)
     ep = traced(model, args)
     gm = ep.graph_module
     simplify_kv_cache(gm)
-    assert fold_constant_masks(gm) == {"masks_dropped": 2, "masks_causal": 0, "masks_banded": 0}
-    assert all(n.args[5] is None for n in calls(gm, torch.ops.kforge.attention_kv.default))
+    assert not any(fold_constant_masks(gm).values())
+    assert all(n.args[5] is not None for n in calls(gm, torch.ops.kforge.attention_kv.default))
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
 

@@ -7,7 +7,10 @@ and gathers (fallback ops) that computes, on every call, a [B, 1, Sq, Skv] boole
 the attention kernel then reads tile by tile. Its value is known at compile time, and in the
 common cases it says something the kernel can do without reading it:
 
-* every key allowed (a decoding step over a full cache): the mask goes;
+* every key allowed: the mask goes (not under `kforge.attention_kv`, a decoding step: its
+  mask is [B, 1, 1, Skv], a read of no consequence, and without it PyTorch's reference takes
+  another, more accurate path, so that the strict contract, judged against PyTorch's own
+  error, rejected every fp32 kernel on one element of Qwen2's decode);
 * SDPA over a square score matrix with exactly the causal pattern (key j allowed for query i
   iff j <= i, for every batch row and head): the mask goes and the op gets `is_causal=True`,
   so the kernel skips the blocks above the diagonal instead of computing and masking them;
@@ -122,13 +125,11 @@ def fold_constant_masks(graph_module) -> dict:
             value = _constant_value(mask)
             cache[mask] = None if value is None else _allowed(value)
         allowed = cache[mask]
-        if allowed is None or allowed.dim() > 4:
+        if allowed is None or allowed.dim() > 4 or kind == "kforge_kv":
             continue
         if bool(allowed.all()):
             _set_mask(node, kind, None, causal=False)
             done["masks_dropped"] += 1
-            continue
-        if kind == "kforge_kv":
             continue
         q, k = (node.args[0].meta.get("val"), node.args[1].meta.get("val"))
         if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
