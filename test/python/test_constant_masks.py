@@ -14,21 +14,11 @@ import torch.nn.functional as F
 import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
 from kforge.frontend.attention_patterns import simplify_kv_cache
 from kforge.frontend.constant_masks import fold_constant_masks
+from test_kv_cache_patterns import calls, traced
 
 REPO = Path(__file__).resolve().parents[2]
 aten = torch.ops.aten
 SDPA = aten.scaled_dot_product_attention.default
-
-
-def traced(model, inputs):
-    from kforge.frontend.importer import _decompositions, _views_to_reshapes
-    ep = torch.export.export(model, tuple(inputs), strict=False)
-    _views_to_reshapes(ep.graph_module)
-    return ep.run_decompositions(_decompositions())
-
-
-def calls(gm, target):
-    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target == target]
 
 
 def sdpa_params(node):
