@@ -68,7 +68,8 @@ def test_hand_written_masks(kind, causal, dropped):
     ep = traced(model, args)
     gm = ep.graph_module
     done = fold_constant_masks(gm)
-    assert done == {"masks_dropped": dropped, "masks_causal": int(causal), "masks_banded": 0}
+    assert done == {"masks_dropped": dropped, "masks_filled": 0,
+                    "masks_causal": int(causal), "masks_banded": 0}
     (att,) = calls(gm, SDPA)
     params = sdpa_params(att)
     assert params["is_causal"] is causal
@@ -108,8 +109,8 @@ def test_llama_prefill_mask_becomes_causal(monkeypatch):
     simplify_kv_cache(gm)
     # transformers' mask: index arithmetic, a cumsum and four gathers per call
     assert calls(gm, aten.cumsum.default) and calls(gm, aten.index.Tensor)
-    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_causal": 2,    # 2 layers
-                                       "masks_banded": 0}
+    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_filled": 0,
+                                       "masks_causal": 2, "masks_banded": 0}   # 2 layers
     assert all(sdpa_params(n)["is_causal"] and sdpa_params(n)["attn_mask"] is None
                for n in calls(gm, SDPA))
     assert not calls(gm, aten.cumsum.default) and not calls(gm, aten.index.Tensor)
@@ -117,16 +118,23 @@ def test_llama_prefill_mask_becomes_causal(monkeypatch):
         torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
 
 
-def test_llama_decode_mask_stays(monkeypatch):
-    """One new token against a full cache: every key is allowed, but a decoding step's mask
-    stays (a [B, 1, 1, Skv] read; without it the strict contract's PyTorch reference changes
-    path and tightens, and Qwen2's decode attention then verified no fp32 kernel)."""
+def test_llama_decode_mask_is_one_fill(monkeypatch):
+    """One new token against a full cache: every key is allowed. A decoding step keeps a mask
+    (without one the strict contract's PyTorch reference changes path and tightens, and
+    Qwen2's decode attention then verified no fp32 kernel), but as one `full`, not the
+    aranges and comparisons that computed it."""
     model, args = zoo("llama3_8b", "decode", monkeypatch)
     ep = traced(model, args)
     gm = ep.graph_module
     simplify_kv_cache(gm)
-    assert not any(fold_constant_masks(gm).values())
-    assert all(n.args[5] is not None for n in calls(gm, torch.ops.kforge.attention_kv.default))
+    assert calls(gm, aten.le.Tensor)
+    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_filled": 2, "masks_causal": 0,
+                                       "masks_banded": 0}
+    for n in calls(gm, torch.ops.kforge.attention_kv.default):
+        assert n.args[5].target == aten.full.default and n.args[5].args[1] is True
+    assert not calls(gm, aten.le.Tensor)          # (an arange stays: RoPE's positions)
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(*args), model(*args), atol=1e-5, rtol=1e-5)
 
@@ -140,7 +148,8 @@ def test_gpt_oss_prefill_masks_become_bands(monkeypatch):
     from kforge.frontend.attention_patterns import fuse_written_attention
     fuse_written_attention(gm)
     simplify_kv_cache(gm)
-    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_causal": 0, "masks_banded": 2}
+    assert fold_constant_masks(gm) == {"masks_dropped": 0, "masks_filled": 0, "masks_causal": 0,
+                                       "masks_banded": 2}
     att = calls(gm, torch.ops.kforge.attention.default)
     window = model.config.sliding_window
     assert sorted(n.args[3:4] + n.args[6:] for n in att) == [(None, True, 0),

@@ -7,10 +7,11 @@ and gathers (fallback ops) that computes, on every call, a [B, 1, Sq, Skv] boole
 the attention kernel then reads tile by tile. Its value is known at compile time, and in the
 common cases it says something the kernel can do without reading it:
 
-* every key allowed: the mask goes (not under `kforge.attention_kv`, a decoding step: its
-  mask is [B, 1, 1, Skv], a read of no consequence, and without it PyTorch's reference takes
-  another, more accurate path, so that the strict contract, judged against PyTorch's own
-  error, rejected every fp32 kernel on one element of Qwen2's decode);
+* every key allowed: the mask goes; under `kforge.attention_kv` (a decoding step) it becomes
+  one `full` of its shape and value instead, because without a mask PyTorch's reference takes
+  another, more accurate path, and the strict contract, judged against PyTorch's own error,
+  then rejected every fp32 kernel on one element of Qwen2's decode (the mask, [B, 1, 1, Skv],
+  is a read of no consequence; what it cost was the chain that computed it);
 * SDPA over a square score matrix with exactly the causal pattern (key j allowed for query i
   iff j <= i, for every batch row and head): the mask goes and the op gets `is_causal=True`,
   so the kernel skips the blocks above the diagonal instead of computing and masking them;
@@ -112,9 +113,9 @@ def _allowed(value: torch.Tensor) -> torch.Tensor | None:
 
 def fold_constant_masks(graph_module) -> dict:
     """Rewrites the attention ops of a decomposed graph whose masks are constants (above);
-    returns how many masks were dropped, became `is_causal`, or became a causal band."""
+    returns how many masks were dropped, filled, became `is_causal`, or a causal band."""
     graph = graph_module.graph
-    done = {"masks_dropped": 0, "masks_causal": 0, "masks_banded": 0}
+    done = {"masks_dropped": 0, "masks_filled": 0, "masks_causal": 0, "masks_banded": 0}
     cache: dict = {}
     for node in list(graph.nodes):
         found = _attention_mask(node)
@@ -125,11 +126,17 @@ def fold_constant_masks(graph_module) -> dict:
             value = _constant_value(mask)
             cache[mask] = None if value is None else _allowed(value)
         allowed = cache[mask]
-        if allowed is None or allowed.dim() > 4 or kind == "kforge_kv":
+        if allowed is None or allowed.dim() > 4:
             continue
         if bool(allowed.all()):
-            _set_mask(node, kind, None, causal=False)
-            done["masks_dropped"] += 1
+            if kind == "kforge_kv":
+                _set_mask(node, kind, _full_like(graph, mask), causal=False)
+                done["masks_filled"] += 1
+            else:
+                _set_mask(node, kind, None, causal=False)
+                done["masks_dropped"] += 1
+            continue
+        if kind == "kforge_kv":
             continue
         q, k = (node.args[0].meta.get("val"), node.args[1].meta.get("val"))
         if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
@@ -152,6 +159,19 @@ def fold_constant_masks(graph_module) -> dict:
         _drop_dead(graph)
         graph_module.recompile()
     return done
+
+
+def _full_like(graph, mask):
+    """A `full` node of the mask's shape and dtype holding "every key allowed": True, or 0.0
+    for an additive mask."""
+    val = mask.meta["val"]
+    fill = True if val.dtype == torch.bool else 0.0
+    with graph.inserting_before(mask):
+        node = graph.call_function(aten.full.default, (list(val.shape), fill),
+                                   {"dtype": val.dtype, "device": torch.device("cpu"),
+                                    "pin_memory": False})
+    node.meta.update(mask.meta)
+    return node
 
 
 def _band_window(allowed: torch.Tensor, sq: int, skv: int) -> int | None:
