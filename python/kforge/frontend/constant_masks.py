@@ -117,6 +117,7 @@ def fold_constant_masks(graph_module) -> dict:
     graph = graph_module.graph
     done = {"masks_dropped": 0, "masks_filled": 0, "masks_causal": 0, "masks_banded": 0}
     cache: dict = {}
+    fills: dict = {}
     for node in list(graph.nodes):
         found = _attention_mask(node)
         if found is None or not isinstance(found[1], torch.fx.Node):
@@ -130,7 +131,9 @@ def fold_constant_masks(graph_module) -> dict:
             continue
         if bool(allowed.all()):
             if kind == "kforge_kv":
-                _set_mask(node, kind, _full_like(graph, mask), causal=False)
+                if mask not in fills:
+                    fills[mask] = _full_like(graph, mask)
+                _set_mask(node, kind, fills[mask], causal=False)
                 done["masks_filled"] += 1
             else:
                 _set_mask(node, kind, None, causal=False)
