@@ -31,6 +31,17 @@ _LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? sinks
             "bool causal=False, int window=0) -> Tensor")
 
 
+# aten.scaled_dot_product_attention's arguments, in order, with their defaults
+SDPA_ARGS = {"query": None, "key": None, "value": None, "attn_mask": None, "dropout_p": 0.0,
+             "is_causal": False, "scale": None, "enable_gqa": False}
+
+
+def sdpa_arguments(args, kwargs=None) -> dict:
+    """SDPA's arguments by name, defaults filled in, from a call's positional and keyword
+    arguments (an FX node's, or a fallback op's argument list)."""
+    return {**SDPA_ARGS, **dict(zip(SDPA_ARGS, args)), **(kwargs or {})}
+
+
 def band_mask(sq: int, skv: int, causal: bool, window: int, device=None) -> torch.Tensor | None:
     """[Sq, Skv] bool (True = keep) of `causal` and `window` as the op defines them; None when
     neither is set."""
@@ -144,4 +155,5 @@ def _attention_kv_fake(q, k, k_new, v, v_new, mask, sinks, scale):
     return q.new_empty(q.shape[:-1] + (v.shape[-1],))
 
 
-__all__ = ["attention_kv_reference", "attention_reference", "band_mask"]
+__all__ = ["SDPA_ARGS", "attention_kv_reference", "attention_reference", "band_mask",
+           "sdpa_arguments"]

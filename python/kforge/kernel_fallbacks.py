@@ -52,16 +52,12 @@ def attention_flops(q_shape, k_shape, value_head_dim: int | None = None, causal:
     return 2 * b * h * pairs * (d + (value_head_dim or d))
 
 
-def _band_of(step) -> tuple[bool, int]:
-    """(causal, window) of an attention fallback step's argument list: SDPA's is_causal
-    (top-left aligned: the same band where Sq == Skv, the only case the kernel takes), or
-    kforge.attention's causal and window."""
-    args = list(step.args or ())
-    if step.name == ATTENTION and len(args) > 5:
-        return bool(args[5]), 0
-    if step.name == SINK_ATTENTION and len(args) > 6:
-        return bool(args[6]), int(args[7]) if len(args) > 7 and args[7] else 0
-    return False, 0
+def _band_of(op: FallbackOp) -> tuple[bool, int]:
+    """(causal, window) of an attention fallback op: SDPA's is_causal (top-left aligned: the
+    same band where Sq == Skv, the only case the kernel takes), or kforge.attention's causal
+    and window."""
+    values = _attention_arguments(op)
+    return bool(values["is_causal"]), int(values["window"] or 0)
 
 
 def moe_flops(x_shape, index_shape, weight_shape, w1_shape, b1_shape, w2_shape) -> int:
@@ -128,7 +124,7 @@ def _region_of(plan: HostPlan, step: FallbackOp, kind: str, producers: dict) -> 
     if step.name == ATTENTION_KV and len(args) > 2:        # the cache, then the new keys
         k_shape = k_shape[:-2] + ((k_shape[-2] or 0) + (args[2].shape[-2] or 0), k_shape[-1])
     flops = attention_flops(args[0].shape, k_shape, values[0].shape[-1] if values else None,
-                            *_band_of(step)) \
+                            *_band_of(op)) \
         if kind == "attention" else \
         moe_flops(*(a.shape for a in args[:6])) if kind == "moe" and len(args) >= 6 else 0
     elem = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1}
@@ -178,34 +174,32 @@ def attention_parameters(spec: KernelSpec) -> dict:
     if not isinstance(op, FallbackOp) or op.name not in (ATTENTION, SINK_ATTENTION,
                                                          ATTENTION_KV):
         raise ValueError(f"{spec.name} is not an attention region")
-    from kforge.fallbacks import build_args
-    markers = [f"@{i}" for i in range(len(op.operands))]
-    args = build_args(op.arg_list(), markers, None)
-    if op.name == SINK_ATTENTION:       # attention(q, k, v, mask, sinks, scale, causal, window)
-        names = ["query", "key", "value", "attn_mask", "sinks", "scale", "is_causal", "window"]
-        defaults = [None, None, None, None, None, None, False, 0]
-    elif op.name == ATTENTION_KV:       # attention_kv(q, k, k_new, v, v_new, mask, sinks, scale)
-        names = ["query", "key", "key_new", "value", "value_new", "attn_mask", "sinks", "scale"]
-        defaults = [None] * 8
-    else:
-        names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-                 "enable_gqa"]
-        defaults = [None, None, None, None, 0.0, False, None, False]
-    values = dict(zip(names, defaults))
-    values.update(zip(names, args))
-    if op.name in (SINK_ATTENTION, ATTENTION_KV):   # k and v may have fewer heads than q
-        values["enable_gqa"] = True
-    values.setdefault("key_new", None)
-    values.setdefault("value_new", None)
-    tensor_index = {m: i for i, m in enumerate(markers)}
-    values.setdefault("sinks", None)
-    values.setdefault("dropout_p", 0.0)
-    values.setdefault("is_causal", False)
-    values.setdefault("window", 0)
-    values.setdefault("enable_gqa", False)
+    values = _attention_arguments(op)
+    tensor_index = {f"@{i}": i for i in range(len(op.operands))}
     for key in ("query", "key", "key_new", "value", "value_new", "attn_mask", "sinks"):
         v = values[key]
         values[key] = tensor_index.get(v) if isinstance(v, str) else None
+    return values
+
+
+# kforge.attention_op's ops' arguments, in order, with their defaults (kforge.attention's
+# `causal` under SDPA's name, is_causal)
+_SINK_ARGS = {"query": None, "key": None, "value": None, "attn_mask": None, "sinks": None,
+              "scale": None, "is_causal": False, "window": 0}
+_KV_ARGS = {"query": None, "key": None, "key_new": None, "value": None, "value_new": None,
+            "attn_mask": None, "sinks": None, "scale": None}
+
+
+def _attention_arguments(op: FallbackOp) -> dict:
+    """An attention fallback op's arguments by name, every op's names present (defaults
+    filled in); tensors as the markers "@i" of the op's i-th operand."""
+    from kforge.attention_op import SDPA_ARGS
+    from kforge.fallbacks import build_args
+    args = build_args(op.arg_list(), [f"@{i}" for i in range(len(op.operands))], None)
+    table = {SINK_ATTENTION: _SINK_ARGS, ATTENTION_KV: _KV_ARGS}.get(op.name, SDPA_ARGS)
+    values = {**SDPA_ARGS, **_SINK_ARGS, **_KV_ARGS, **table, **dict(zip(table, args))}
+    if op.name in (SINK_ATTENTION, ATTENTION_KV):   # k and v may have fewer heads than q
+        values["enable_gqa"] = True
     return values
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kforge.attention_op  # noqa: F401 - registers torch.ops.kforge.attention
+from kforge.attention_op import sdpa_arguments   # (and registers torch.ops.kforge.attention)
 from kforge.frontend.attention_patterns import simplify_kv_cache
 from kforge.frontend.constant_masks import fold_constant_masks
 from test_kv_cache_patterns import calls, traced
@@ -22,8 +22,7 @@ SDPA = aten.scaled_dot_product_attention.default
 
 
 def sdpa_params(node):
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
-    return {"attn_mask": None, "is_causal": False, **dict(zip(names, node.args)), **node.kwargs}
+    return sdpa_arguments(node.args, node.kwargs)
 
 
 class Masked(torch.nn.Module):

@@ -26,6 +26,8 @@ import operator
 
 import torch
 
+from kforge.attention_op import sdpa_arguments
+
 aten = torch.ops.aten
 _RESHAPES = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 _PASS = _RESHAPES + (aten.expand.default, aten.clone.default)
@@ -305,10 +307,7 @@ def _fuse_kv_append(graph) -> int:
         if node.target == kforge_attention:
             q, _, _, mask, sinks, scale = node.args
         else:
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-                     "enable_gqa")
-            params = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
-                      "enable_gqa": False, **dict(zip(names, node.args)), **node.kwargs}
+            params = sdpa_arguments(node.args, node.kwargs)
             if params["dropout_p"] or params["is_causal"]:
                 continue
             q, mask, sinks = node.args[0], params["attn_mask"], None
@@ -335,18 +334,19 @@ def simplify_kv_cache(graph_module) -> dict:
     done = {"empty_cat_operands": _drop_empty_cat_operands(graph),
             "repeat_kv_folded": _fold_repeat_kv(graph)}
     _drop_orphan_asserts(graph)         # the undone copies go: their cats have one user left
-    graph.eliminate_dead_code()
     done["kv_append_fused"] = _fuse_kv_append(graph)
     _drop_orphan_asserts(graph)
-    graph.eliminate_dead_code()
     graph_module.recompile()
     return done
 
 
 def _drop_orphan_asserts(graph) -> None:
-    """Metadata asserts on tensors nothing else uses any more would keep their computation
-    alive (dead-code elimination keeps side effects): they go, repeatedly, up the chains."""
+    """Dead code goes, and with it the metadata asserts on tensors nothing else uses any more,
+    which would keep their computation alive (dead-code elimination keeps side effects):
+    repeatedly, up the chains. Dead code first, so that an assert whose tensor's last other
+    user was itself dead goes too."""
     while True:
+        graph.eliminate_dead_code()
         dead = [n for n in graph.nodes
                 if n.op == "call_function" and n.target == aten._assert_tensor_metadata.default
                 and isinstance(n.args[0], torch.fx.Node)
@@ -356,7 +356,6 @@ def _drop_orphan_asserts(graph) -> None:
             return
         for n in dead:
             graph.erase_node(n)
-        graph.eliminate_dead_code()
 
 
 __all__ = ["fuse_written_attention", "simplify_kv_cache"]

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from kforge.attention_op import SDPA_ARGS, band_mask, sdpa_arguments
+
 aten = torch.ops.aten
 
 # largest value (in elements) evaluated while folding a mask: Llama-3-8B's prefill mask at
@@ -149,8 +151,8 @@ def fold_constant_masks(graph_module) -> dict:
             continue
         if kind == "sdpa":
             # torch's is_causal is top-left aligned: the same band only when Sq == Skv
-            causal = torch.ones(sq, skv, dtype=torch.bool).tril()
-            if sq == skv and _sdpa_plain(node) and bool((allowed == causal).all()):
+            if sq == skv and _sdpa_plain(node) and \
+                    bool((allowed == band_mask(sq, skv, True, 0)).all()):
                 _set_mask(node, kind, None, causal=True)
                 done["masks_causal"] += 1
             continue
@@ -159,7 +161,8 @@ def fold_constant_masks(graph_module) -> dict:
             node.args = node.args[:3] + (None,) + node.args[4:6] + (True, window)
             done["masks_banded"] += 1
     if any(done.values()):
-        _drop_dead(graph)
+        from kforge.frontend.attention_patterns import _drop_orphan_asserts
+        _drop_orphan_asserts(graph)     # the chains that computed the masks, with their asserts
         graph_module.recompile()
     return done
 
@@ -180,7 +183,6 @@ def _full_like(graph, mask):
 def _band_window(allowed: torch.Tensor, sq: int, skv: int) -> int | None:
     """W when `allowed` is kforge.attention's causal band with window W (0: no window) for every
     batch row and head, else None."""
-    from kforge.attention_op import band_mask
     causal = band_mask(sq, skv, True, 0)
     if bool((allowed == causal).all()):
         return 0
@@ -191,14 +193,10 @@ def _band_window(allowed: torch.Tensor, sq: int, skv: int) -> int | None:
     return window if bool((allowed == band_mask(sq, skv, True, window)).all()) else None
 
 
-_SDPA_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-               "enable_gqa")
-
-
 def _sdpa_plain(node) -> bool:
     """SDPA without dropout and not already causal (the mask would then come on top)."""
-    params = {**dict(zip(_SDPA_NAMES, node.args)), **node.kwargs}
-    return not params.get("dropout_p") and not params.get("is_causal")
+    params = sdpa_arguments(node.args, node.kwargs)
+    return not params["dropout_p"] and not params["is_causal"]
 
 
 def _set_mask(node, kind: str, mask, causal: bool) -> None:
@@ -207,18 +205,12 @@ def _set_mask(node, kind: str, mask, causal: bool) -> None:
     elif kind == "kforge_kv":
         node.args = node.args[:5] + (mask,) + node.args[6:]
     else:
-        params = {**dict(zip(_SDPA_NAMES, node.args)), **node.kwargs}
+        params = {**dict(zip(SDPA_ARGS, node.args)), **node.kwargs}   # as given, no defaults
         params["attn_mask"] = mask
         if causal:
             params["is_causal"] = True
-        node.args = tuple(params.pop(name) for name in _SDPA_NAMES[:3])
+        node.args = tuple(params.pop(name) for name in list(SDPA_ARGS)[:3])
         node.kwargs = params
-
-
-def _drop_dead(graph) -> None:
-    from kforge.frontend.attention_patterns import _drop_orphan_asserts
-    graph.eliminate_dead_code()         # the mask's last users first, then their asserts
-    _drop_orphan_asserts(graph)
 
 
 __all__ = ["fold_constant_masks", "MAX_ELEMENTS"]
