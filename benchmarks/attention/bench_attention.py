@@ -20,6 +20,11 @@ Cases (--cases, comma-separated names; default all):
                      SDPA with the band as a bool mask, no sinks: a timing reference only)
   mla_causal_bf16    B=4  Hq=Hkv=32 S=2048 D=192 Dv=128 causal bf16 (DeepSeek-V3's head dims)
   mla_causal_fp32    B=2  Hq=Hkv=32 S=2048 D=192 Dv=128 causal fp32, dot "ieee" (tf32x3)
+  llama_fp32in_bf16  B=4  Hq=32 Hkv=8 S=1024 D=128 causal, fp32 tensors, dot bf16 (what the bf16
+                     policy's Llama-3-8B prefill package runs: its activations stay fp32)
+  llama_bf16in_bf16  the same shape with bf16 tensors
+  llama_fp32in_fp16x1  fp32 tensors, dot "fp16x1" (the bf16 policy's second scheme: the first
+                     missed 1e-2 on the verification's wide-magnitude inputs, CPU emulation)
 A case's value head dim (Dv) defaults to D; cases with Dv = D run against sources that predate
 value_head_dim (a regression check of one source against another: --cases of those alone).
 """
@@ -46,6 +51,9 @@ CASES = {
     "gptoss_swa_sinks_bf16": (4, 64, 8, 2048, 2048, 64, "bf16", "bf16", True, 128, True),
     "mla_causal_bf16": (4, 32, 32, 2048, 2048, 192, "bf16", "bf16", True, None, False, 128),
     "mla_causal_fp32": (2, 32, 32, 2048, 2048, 192, "fp32", "ieee", True, None, False, 128),
+    "llama_fp32in_bf16": (4, 32, 8, 1024, 1024, 128, "fp32", "bf16", True, None, False),
+    "llama_bf16in_bf16": (4, 32, 8, 1024, 1024, 128, "bf16", "bf16", True, None, False),
+    "llama_fp32in_fp16x1": (4, 32, 8, 1024, 1024, 128, "fp32", "fp16x1", True, None, False),
 }
 SMOKE = {
     "mha_causal_bf16": (1, 2, 2, 40, 40, 64, "bf16", "bf16", True, None, False),
@@ -63,6 +71,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "attention.json"),
                    help="JSON results path (default: $OUT/attention.json or ./attention.json)")
     p.add_argument("--cases", default="", help=f"comma-separated subset of {', '.join(CASES)}")
+    p.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd",
+                   help="q/k/v memory order: contiguous [B, H, S, D], or [B, S, H, D] viewed as "
+                        "[B, H, S, D] (what a projection's output reshaped into heads gives)")
     p.add_argument("--quick", action="store_true", help="first configuration of each case only")
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="soft wall-time budget: later configurations are skipped past it")
@@ -149,9 +160,14 @@ def main(argv=None):
         dv_kw = {} if Dv == D else {"value_head_dim": Dv}
         g = torch.Generator(device=dev).manual_seed(0)
         dt = dts[dtype]
-        q = torch.randn(B, Hq, Sq, D, device=dev, dtype=dt, generator=g)
-        k = torch.randn(B, Hkv, Skv, D, device=dev, dtype=dt, generator=g)
-        v = torch.randn(B, Hkv, Skv, Dv, device=dev, dtype=dt, generator=g)
+        if args.layout == "bshd":
+            q = torch.randn(B, Sq, Hq, D, device=dev, dtype=dt, generator=g).transpose(1, 2)
+            k = torch.randn(B, Skv, Hkv, D, device=dev, dtype=dt, generator=g).transpose(1, 2)
+            v = torch.randn(B, Skv, Hkv, Dv, device=dev, dtype=dt, generator=g).transpose(1, 2)
+        else:
+            q = torch.randn(B, Hq, Sq, D, device=dev, dtype=dt, generator=g)
+            k = torch.randn(B, Hkv, Skv, D, device=dev, dtype=dt, generator=g)
+            v = torch.randn(B, Hkv, Skv, Dv, device=dev, dtype=dt, generator=g)
         sinks = torch.randn(Hq, device=dev, dtype=torch.float32, generator=g) if has_sinks else None
         tol = 1e-4 if (dtype == "fp32" and dot == "ieee") else 1e-2
         pairs = kept_pairs(Sq, Skv, causal, window)

@@ -281,11 +281,13 @@ def test_fp16x3_scheme_keeps_the_scores_fp32_grade():
 
 
 @pytest.mark.parametrize("name", ["causal_square", "sinks", "gqa_packed_causal",
-                                  "causal_window", "d80_padded", "tiles_16x32"])
+                                  "causal_window", "d80_padded", "tiles_16x32",
+                                  "causal_sq_gt_skv"])
 def test_fp16x1_scheme_on_every_feature(name):
     """dot_precision="fp16x1": one fp16 product each for q@k^T and p@v on power-of-two-scaled
-    operands (q per row, k per key, v per column of the tile), the scales undone on the fp32
-    scores and on each tile's p@v: tf32-grade (11 significant bits) wherever the features put
+    operands (q per row, k per key, v per column over all keys; k and v scaled by two kernels
+    before the attention kernel), the scales undone on the fp32 scores and on the output:
+    tf32-grade (11 significant bits) wherever the features put
     their masks, sinks, GQA packing and padding."""
     shape, opts = FEATURES[name]
     q, k, v = _inputs(*shape, seed=12)
@@ -293,6 +295,19 @@ def test_fp16x1_scheme_on_every_feature(name):
     out, ref = _run(q, k, v, sinks=sinks, dot_precision="fp16x1", tol=2e-3,
                     **{k_: v_ for k_, v_ in opts.items() if k_ != "sinks"})
     assert (out.double() - ref).abs().max().item() > 1e-6      # the rounding is applied
+    # k and v are scaled once before the kernel (prepared fp16 copies), not in every tile
+    src = attention_source(head_dim=shape[5], dtype="fp32", dot_precision="fp16x1")
+    assert "PREP_KV = True" in src and "_prep_v16[" in src
+    assert "PREP_KV = False" in attention_source(head_dim=shape[5], dtype="fp32",
+                                                 dot_precision="fp16x1", kv_append=True)
+
+
+def test_fp16x1_values_narrower_than_keys():
+    """Values of their own head dim (DeepSeek's latent attention: 48 against keys' 32, padded to
+    64): the prepared v copy, its column factors and the output are Dv wide."""
+    q, k, v = _inputs(1, 4, 2, 19, 27, 32, seed=14, Dv=48)
+    out, _ = _run(q, k, v, causal=True, dot_precision="fp16x1", tol=2e-3)
+    assert out.shape == (1, 4, 19, 48)
 
 
 def test_fp16x1_scales_keep_operands_fp16_cannot_hold():
@@ -548,6 +563,9 @@ KV_APPEND = {
                                  dict(value_head_dim=8, mask="bool", pack_gqa=True)),
     "latent_d192_v128_several_new": ((1, 2, 1, 3, 20, 3, 192),
                                      dict(value_head_dim=128, causal=True)),
+    # fp16x1 over a cache: each tile scaled in the kernel (no prepared copies of k and v)
+    "fp16x1_several_new_gqa": ((1, 4, 2, 5, 37, 5, 32),
+                               dict(causal=True, dot_precision="fp16x1", tol=2e-3)),
 }
 
 
@@ -558,6 +576,7 @@ def test_kv_append_reads_the_cache_and_the_new_keys_in_place(name):
     dtype, mask_kind = opts.pop("dtype", "fp32"), opts.pop("mask", None)
     sinks = opts.pop("sinks", False)
     Dv = opts.pop("value_head_dim", D)
+    tol = opts.pop("tol", None)
     q, k, v = _inputs(B, Hq, Hkv, Sq, C, D, dtype, seed=7, Dv=Dv)
     _, kn, vn = _inputs(B, Hq, Hkv, Sq, N, D, dtype, seed=8, Dv=Dv)
     g = torch.Generator().manual_seed(9)
@@ -578,7 +597,7 @@ def test_kv_append_reads_the_cache_and_the_new_keys_in_place(name):
                               (mask if mask.dtype == torch.bool else mask.double()),
                               causal=opts.get("causal", False), window=opts.get("window"),
                               sinks=None if s is None else s.double())
-    _assert_close(out, ref, TOL[dtype])
+    _assert_close(out, ref, tol or TOL[dtype])
     with pytest.raises(ValueError, match="do not match the cache"):
         mod.launch(q, k, kn[..., : D // 2], v, vn[..., : D // 2], *args[5:])
     with pytest.raises(ValueError, match="do not match the cache"):

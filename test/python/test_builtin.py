@@ -190,6 +190,21 @@ def test_an_attention_mismatch_moves_the_repair_to_another_dot_scheme():
     assert list(dict.fromkeys(order)) == ["ieee", "fp16x3", "fp16x1", "bf16"]
     order = [c["dot_precision"] for c in config_space(s, target, "tf32")]
     assert list(dict.fromkeys(order)) == ["tf32", "fp16x1", "ieee"]
+    # prefill over fp32 q, k, v (Llama-3-8B's, 4 x 1024 tokens, causal) under bf16: bf16 first;
+    # a rejected bf16 kernel (its scores missed the tolerance on the H200) is repaired with
+    # fp16x1, whose k and v are scaled once before the kernel (16-bit tiles, 128x64 w8 s3)
+    s = load_spec(Path(__file__).parent / "fixtures" / "regions" / "llama3_prefill_attention.json")
+    space = config_space(s, "cuda", "bf16")
+    assert list(dict.fromkeys(c["dot_precision"] for c in space)) == \
+        ["bf16", "fp16x1", "fp16x3", "ieee"]
+    req = GenerationRequest(spec=s, region_mlir="", reference_source="", precision="bf16",
+                            target=get_target("cuda"), phase="functional", round=1,
+                            feedback=(Feedback(f"builtin-{s.hash}-bf16-cuda-c0", "mismatch",
+                                               "outside the tolerance"),))
+    got = BuiltinProvider().generate(req)[0]
+    assert got.config["dot_precision"] == "fp16x1"
+    assert (got.config["block_m"], got.config["block_n"], got.config["num_stages"]) == (128, 64, 3)
+    assert "PREP_KV = True" in got.source
 
 
 def test_a_region_without_operands_computes_on_the_target_device(tmp_path):

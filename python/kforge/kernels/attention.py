@@ -61,11 +61,15 @@ Precision (`dot_precision`):
     took 40 % of the step.
   * "fp16x1" (fp32 q, k, v only): one fp16 product each for q@k^T and p@v, on operands scaled
     by powers of two so that fp16 neither overflows nor loses them to subnormals: each row of q
-    and each key of a k tile by its own (max |x| over the head dim below 2**15), each column of
-    a v tile likewise over the tile's keys; the scales are undone exactly on the fp32 scores and
-    on each tile's p@v before it is added. Operands keep 11 significant bits, as TF32 does (and
-    8x finer than bf16), at the 16-bit rate: tf32's second scheme and bf16's second, before
-    fp16x3. P is in [0, 1] and rounded to fp16 as fp16x3 does.
+    and each key of k by its own (max |x| over the head dim below 2**15), each column of v
+    likewise over all the keys; the scales are undone exactly on the fp32 scores and on the
+    output. k and v are scaled once, by two small kernels before the attention kernel, into fp16
+    copies (half the bytes the kernel reads; every query tile reads them as a bf16 kernel reads
+    its 16-bit operands, p@v accumulated in the dot). With `kv_append` (a cache and the step's
+    new keys, read where they lie) each k tile is scaled per key and each v tile per column
+    over the tile's keys, in the kernel, and each tile's p@v is unscaled before it is added.
+    Operands keep 11 significant bits, as TF32 does (and 8x finer than bf16), at the 16-bit
+    rate: tf32's second scheme and bf16's second, before fp16x3. P is in [0, 1] and rounded to fp16 as fp16x3 does.
   * interpret=True (the Triton interpreter, TRITON_INTERPRET=1): numpy has no bf16 matmul, so
     every dot widens its (already rounded) operands to fp32 and multiplies exactly; the rounding of
     the "bf16" policy is still applied first, so the numerics match the GPU's up to accumulation
@@ -138,15 +142,71 @@ def _dot_fp16x3(a, b, INTERP: tl.constexpr):
     return c + _mma(a_hi, b_hi, "", INTERP)
 
 @triton.jit
-def _fp16_scaled(x, AXIS: tl.constexpr):
-    """x as fp16 scaled by a power of two per row (AXIS 1) or per column (AXIS 0), max |x| over
-    AXIS below 2**15 after scaling (a zero slice: scale 1), and the factors that undo it
-    (exact: powers of two); NaN and inf stay NaN and inf."""
-    amax = tl.max(tl.abs(x), AXIS)
+def _pow2_scales(amax):
+    """(2**(15 - e), 2**(e - 15)) with amax < 2**e: the power of two that brings a slice whose
+    largest |x| is amax under 2**15 (fp16's top binade; 1 for a zero slice), and its inverse."""
     e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126     # amax < 2**e
     e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)
     up = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)        # 2**(15 - e)
     down = ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)      # 2**(e - 15)
+    return up, down
+
+@triton.jit
+def _prep_k16(K, K16, KS, Skv, H, stride_kb, stride_kh, stride_kn, stride_kd,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+    """fp16x1's keys, once for every query tile that reads them: each key (row of k) scaled by
+    its own power of two (max |k| over the head dim below 2**15) into K16 [B, H, Skv, HEAD_DIM]
+    fp16, the factor that undoes it into KS [B, H, Skv]."""
+    pid = tl.program_id(0)
+    n_r = tl.cdiv(Skv, BLOCK_R)
+    bh = pid // n_r
+    rows = (pid % n_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_d = tl.arange(0, BLOCK_D)
+    r_ok = rows < Skv
+    ok = r_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+    b64 = (bh // H).to(tl.int64)
+    h64 = (bh % H).to(tl.int64)
+    x = tl.load(K + b64 * stride_kb + h64 * stride_kh + rows[:, None].to(tl.int64) * stride_kn
+                + offs_d[None, :] * stride_kd, mask=ok, other=0.0)
+    y, down = _fp16_scaled(x, 1)
+    out_rows = bh.to(tl.int64) * Skv + rows
+    tl.store(K16 + out_rows[:, None] * HEAD_DIM + offs_d[None, :], y, mask=ok)
+    tl.store(KS + out_rows, down, mask=r_ok)
+
+@triton.jit
+def _prep_v16(V, V16, VS, Skv, H, stride_vb, stride_vh, stride_vn, stride_vd,
+              HEAD_DIM_V: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr):
+    """fp16x1's values: each column (b, head, d) scaled by one power of two over all its keys
+    (max |v| below 2**15) into V16 [B, H, Skv, HEAD_DIM_V] fp16, the factor into VS [B, H,
+    HEAD_DIM_V]: p@v then accumulates in the dot and the factor is applied once, at the end."""
+    bh = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = cols < HEAD_DIM_V
+    base = V + (bh // H).to(tl.int64) * stride_vb + (bh % H).to(tl.int64) * stride_vh
+    amax = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for r0 in range(0, Skv, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        ok = (rows < Skv)[:, None] & c_ok[None, :]
+        x = tl.load(base + rows[:, None].to(tl.int64) * stride_vn + cols[None, :] * stride_vd,
+                    mask=ok, other=0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(x), 0))
+    up, down = _pow2_scales(amax)
+    tl.store(VS + bh.to(tl.int64) * HEAD_DIM_V + cols, down, mask=c_ok)
+    for r0 in range(0, Skv, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        ok = (rows < Skv)[:, None] & c_ok[None, :]
+        x = tl.load(base + rows[:, None].to(tl.int64) * stride_vn + cols[None, :] * stride_vd,
+                    mask=ok, other=0.0)
+        out_rows = bh.to(tl.int64) * Skv + rows
+        tl.store(V16 + out_rows[:, None] * HEAD_DIM_V + cols[None, :],
+                 (x * up[None, :]).to(tl.float16), mask=ok)
+
+@triton.jit
+def _fp16_scaled(x, AXIS: tl.constexpr):
+    """x as fp16 scaled by a power of two per row (AXIS 1) or per column (AXIS 0), max |x| over
+    AXIS below 2**15 after scaling (a zero slice: scale 1), and the factors that undo it
+    (exact: powers of two); NaN and inf stay NaN and inf."""
+    up, down = _pow2_scales(tl.max(tl.abs(x), AXIS))
     if AXIS == 1:
         y = (x * up[:, None]).to(tl.float16)
     else:
@@ -154,15 +214,18 @@ def _fp16_scaled(x, AXIS: tl.constexpr):
     return y, down
 
 @triton.jit
-def _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok, start_n, Skv, off,
-               stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
+def _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, mask_rows, row_i, row_ok, start_n,
+               Skv, off, stride_kn, stride_kd, stride_vn, stride_vd, stride_mn,
                BOUNDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                HEAD_DIM: tl.constexpr, BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                QK_SCALE: tl.constexpr, USE_EXP2: tl.constexpr,
                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASK_KIND: tl.constexpr,
                QK_PREC: tl.constexpr, PV_PREC: tl.constexpr, LOWP: tl.constexpr,
-               CAST_KV: tl.constexpr, CHAIN_PV: tl.constexpr, INTERP: tl.constexpr):
+               CAST_KV: tl.constexpr, CHAIN_PV: tl.constexpr, INTERP: tl.constexpr,
+               PREP: tl.constexpr):
     """One BLOCK_N block of keys: the online-softmax update of (acc, l_i, m_i).
+    PREP (fp16x1): k and v are the prepared fp16 copies (_prep_k16 / _prep_v16), each key's
+    factor at ks_base; v's factors are applied after the last block.
     BOUNDS: the block may hold keys >= Skv or keys the causal/window band excludes for some
     row; without it every key of the block is < Skv and in the band of every row."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -190,7 +253,13 @@ def _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok, s
     if QK_PREC == "fp16x3":
         s = _dot_fp16x3(q, kt, INTERP) * QK_SCALE
     elif QK_PREC == "fp16x1":       # q scaled per row (qs), each key of the tile per column
-        kt, ks = _fp16_scaled(kt, 0)
+        if PREP:
+            if BOUNDS:
+                ks = tl.load(ks_base + offs_n, mask=n_ok, other=1.0)
+            else:
+                ks = tl.load(ks_base + offs_n)
+        else:
+            kt, ks = _fp16_scaled(kt, 0)
         s = _mma(q, kt, "", INTERP) * (qs[:, None] * (ks * QK_SCALE)[None, :])
     else:
         s = _mma(q, kt, QK_PREC, INTERP) * QK_SCALE
@@ -228,7 +297,12 @@ def _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok, s
         p = tl.exp(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    if PV_PREC == "fp16x1":         # v scaled per column over the tile's keys, undone after
+    if PV_PREC == "fp16x1" and PREP:     # v scaled per column over all keys: undone at the end
+        if INTERP:
+            acc = acc + _mma(p.to(tl.float16), v, "", INTERP)
+        else:
+            acc = tl.dot(p.to(tl.float16), v, acc)
+    elif PV_PREC == "fp16x1":       # v scaled per column over the tile's keys, undone after
         v16, vs = _fp16_scaled(v, 0)
         acc = acc + _mma(p.to(tl.float16), v16, "", INTERP) * vs[None, :]
     else:
@@ -246,7 +320,7 @@ def _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok, s
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, M, S, K2, V2,
+def _attn_fwd(Q, K, V, O, M, S, K2, V2, KS, VS,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -254,6 +328,7 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
               stride_mb, stride_mh, stride_mm, stride_mn,
               stride_k2b, stride_k2h, stride_k2n, stride_k2d,
               stride_v2b, stride_v2h, stride_v2n, stride_v2d,
+              stride_ksb, stride_ksh, stride_vsb, stride_vsh,
               Sq, Skv, C, n_head_prog,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
               BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -263,7 +338,7 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
               QK_PREC: tl.constexpr, PV_PREC: tl.constexpr,
               LOWP: tl.constexpr, CAST_Q: tl.constexpr, CAST_KV: tl.constexpr,
               CHAIN_PV: tl.constexpr, ZERO_EMPTY: tl.constexpr, INTERP: tl.constexpr,
-              TWO: tl.constexpr):
+              TWO: tl.constexpr, PREP: tl.constexpr):
     # TWO: keys [0, C) are K/V, keys [C, Skv) are K2/V2 at index j - C (a KV cache and the
     # step's new keys, never concatenated); without it C == Skv and K2/V2 are unused
     # program -> (row tile, batch, head group); row tiles of one (b, head) are adjacent so that
@@ -313,6 +388,7 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
         qs = tl.full([BLOCK_M], 1.0, tl.float32)
     k_base = K + b64 * stride_kb + hkv.to(tl.int64) * stride_kh
     v_base = V + b64 * stride_vb + hkv.to(tl.int64) * stride_vh
+    ks_base = KS + b64 * stride_ksb + hkv.to(tl.int64) * stride_ksh   # (PREP: keys' factors)
     # the new keys, addressed by absolute key index j (their row j - C)
     # (C * stride: a cache's length times a row's stride; C may be a specialized constant)
     k2_base = K2 + b64 * stride_k2b + hkv.to(tl.int64) * stride_k2h - C * stride_k2n
@@ -351,38 +427,45 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2,
     mid_hi = tl.maximum(tl.minimum((full_hi // BLOCK_N) * BLOCK_N, hi), mid_lo)
 
     for start_n in range(lo, mid_lo, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok,
-                                   start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, mask_rows,
+                                   row_i, row_ok, start_n, C, off,
+                                   stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
                                    HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
-                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
+                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP, PREP)
     for start_n in range(mid_lo, mid_hi, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok,
-                                   start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, mask_rows,
+                                   row_i, row_ok, start_n, C, off,
+                                   stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, False, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
                                    HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
-                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
+                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP, PREP)
     for start_n in range(mid_hi, hi, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, mask_rows, row_i, row_ok,
-                                   start_n, C, off, stride_kn, stride_kd, stride_vn, stride_vd,
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, mask_rows,
+                                   row_i, row_ok, start_n, C, off,
+                                   stride_kn, stride_kd, stride_vn, stride_vd,
                                    stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
                                    HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
-                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP)
+                                   QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP, PREP)
 
     if TWO:                                        # the new keys, every block bounded
         for start_n in range(C, hi_all, BLOCK_N):
-            acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k2_base, v2_base, mask_rows, row_i,
-                                       row_ok, start_n, Skv, off, stride_k2n, stride_k2d,
-                                       stride_v2n, stride_v2d, stride_mn, True, BLOCK_N, BLOCK_D,
-                                       HEAD_DIM, BLOCK_DV, HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL,
-                                       WINDOW, MASK_KIND, QK_PREC, PV_PREC, LOWP, CAST_KV,
-                                       CHAIN_PV, INTERP)
+            acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, qs, k2_base, v2_base, ks_base, mask_rows,
+                                       row_i, row_ok, start_n, Skv, off,
+                                       stride_k2n, stride_k2d, stride_v2n, stride_v2d,
+                                       stride_mn, True, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV,
+                                       HEAD_DIM_V, QK_SCALE, USE_EXP2, CAUSAL, WINDOW, MASK_KIND,
+                                       QK_PREC, PV_PREC, LOWP, CAST_KV, CHAIN_PV, INTERP, PREP)
 
     if ZERO_EMPTY:
         l_i = tl.where(l_i == 0.0, 1.0, l_i)       # no key kept: acc is 0, the row is 0
     out = acc / l_i[:, None]
     offs_dv = tl.arange(0, BLOCK_DV)
     dv_ok = offs_dv < HEAD_DIM_V
+    if PREP:                                       # v's column factors (fp16x1, _prep_v16)
+        vs = tl.load(VS + b64 * stride_vsb + hkv.to(tl.int64) * stride_vsh + offs_dv,
+                     mask=dv_ok, other=1.0)
+        out = out * vs[None, :]
     o_ptrs = O + (b64 * stride_ob + head64 * stride_oh + row64 * stride_om)[:, None] \\
         + offs_dv[None, :] * stride_od
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
@@ -407,9 +490,9 @@ def launch({params}):
         raise ValueError(f"{{HQ}} query heads != {{GQA_GROUP}} x {{HKV}} kv heads")
     if q.dtype != DTYPE or k.dtype != DTYPE or v.dtype != DTYPE:
         raise ValueError(f"q, k, v must be {{DTYPE}}")
-{alloc_code}{kv_code}{mask_code}{sink_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
+{alloc_code}{kv_code}{mask_code}{sink_code}{prep_code}    grid = (triton.cdiv(SQ * HEAD_GROUP, BLOCK_M) * B * (HQ // HEAD_GROUP),)
     _attn_fwd[grid](
-        q, k, v, o, m, s, k2, v2,
+        q, k, v, o, m, s, k2, v2, ks, vs,
         q.stride(0), q.stride(1), q.stride(2), q.stride(3),
         k.stride(0), k.stride(1), k.stride(2), k.stride(3),
         v.stride(0), v.stride(1), v.stride(2), v.stride(3),
@@ -417,13 +500,14 @@ def launch({params}):
         msb, msh, msm, msn,
         k2.stride(0), k2.stride(1), k2.stride(2), k2.stride(3),
         v2.stride(0), v2.stride(1), v2.stride(2), v2.stride(3),
+        ks.stride(0), ks.stride(1), vs.stride(0), vs.stride(1),
         SQ, SKV, C, HQ // HEAD_GROUP,
         HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, HEAD_DIM_V=HEAD_DIM_V, BLOCK_DV=BLOCK_DV,
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GQA=GQA_GROUP, PACK=PACK_GQA, QK_SCALE=QK_SCALE,
         USE_EXP2=USE_EXP2, CAUSAL=CAUSAL, WINDOW=WINDOW, MASK_KIND=MASK_KIND,
         HAS_SINKS=HAS_SINKS, SINK_SCALE=SINK_SCALE, QK_PREC=QK_PREC, PV_PREC=PV_PREC,
         LOWP=LOWP, CAST_Q=CAST_Q, CAST_KV=CAST_KV, CHAIN_PV=CHAIN_PV, ZERO_EMPTY=ZERO_EMPTY,
-        INTERP=INTERPRET, TWO=KV_APPEND,
+        INTERP=INTERPRET, TWO=KV_APPEND, PREP=PREP_KV,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return (o,)
@@ -467,6 +551,22 @@ _SINK_CODE = '''    if sinks.dim() != 1 or sinks.shape[0] != HQ:
     s = sinks
 '''
 _NO_SINK_CODE = '''    s = q                                # unused pointer
+'''
+_PREP_CODE = '''    # fp16x1: k and v scaled to fp16 once (per key; per column over all keys), not in
+    # every query tile that reads them; the kernel reads the copies
+    k16 = torch.empty((B, HKV, SKV, HEAD_DIM), dtype=torch.float16, device=k.device)
+    ks = torch.empty((B, HKV, SKV), dtype=torch.float32, device=k.device)
+    v16 = torch.empty((B, HKV, SKV, HEAD_DIM_V), dtype=torch.float16, device=v.device)
+    vs = torch.empty((B, HKV, HEAD_DIM_V), dtype=torch.float32, device=v.device)
+    _prep_k16[(B * HKV * triton.cdiv(SKV, PREP_ROWS),)](
+        k, k16, ks, SKV, HKV, k.stride(0), k.stride(1), k.stride(2), k.stride(3),
+        HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, BLOCK_R=PREP_ROWS, num_warps=4)
+    _prep_v16[(B * HKV, triton.cdiv(HEAD_DIM_V, PREP_COLS))](
+        v, v16, vs, SKV, HKV, v.stride(0), v.stride(1), v.stride(2), v.stride(3),
+        HEAD_DIM_V=HEAD_DIM_V, BLOCK_C=PREP_COLS, BLOCK_R=PREP_ROWS, num_warps=4)
+    k, v = k16, v16
+'''
+_NO_PREP_CODE = '''    ks, vs = q, q                        # unused pointers
 '''
 
 
@@ -530,6 +630,9 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
     # additive masks stay in natural-log units: finfo.min * log2(e) would overflow to -inf and
     # turn an eager-style "all finfo.min" row (uniform weights in torch) into an empty one
     use_exp2 = mask != "additive"
+    # fp16x1 over a sequence of keys (not a cache and the step's new keys: those stay where they
+    # lie and are scaled a tile at a time)
+    prep = dot_precision == "fp16x1" and not kv_append
     qk_scale = scale * LOG2E if use_exp2 else scale
     sink_scale = LOG2E if use_exp2 else 1.0
 
@@ -564,6 +667,9 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         (f"ZERO_EMPTY = {masked_rows == 'zero'}", "rows with no key kept: 0 (else NaN)"),
         (f"INTERPRET = {bool(interpret)}", "Triton interpreter: dots widened to fp32"),
         (f"KV_APPEND = {bool(kv_append)}", "keys: k then k_new (a cache and the new ones)"),
+        (f"PREP_KV = {prep}", "fp16x1: k, v scaled to fp16 once, before the kernel"),
+        ("PREP_ROWS = 64", "the prepass's rows a program"),
+        ("PREP_COLS = 32", "_prep_v16's columns a program"),
     ]
     params = (["q", "k", "k_new", "v", "v_new"] if kv_append else ["q", "k", "v"]) + \
         (["mask"] if mask else []) + (["sinks"] if sinks else [])
@@ -603,14 +709,16 @@ def attention_source(*, head_dim: int, causal: bool = False, window: int | None 
         alloc_code=_ALLOC_CODE if value_head_dim == head_dim else _ALLOC_V_CODE,
         kv_code=_KV_CODE if kv_append else _NO_KV_CODE,
         mask_code=_MASK_CODE if mask else _NO_MASK_CODE,
-        sink_code=_SINK_CODE if sinks else _NO_SINK_CODE)
+        sink_code=_SINK_CODE if sinks else _NO_SINK_CODE,
+        prep_code=_PREP_CODE if prep else _NO_PREP_CODE)
     lines = [f"{a.ljust(26)}  # {c}" if c else a for a, c in consts]
     return header + "\n".join(lines) + "\n\n" + _KERNEL + launch
 
 
 def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
                       seq_q: int | None = None, dot_precision: str | None = None,
-                      fp32_dot: str = "tf32x3", value_head_dim: int | None = None) -> list[dict]:
+                      fp32_dot: str = "tf32x3", value_head_dim: int | None = None,
+                      kv_append: bool = False) -> list[dict]:
     """Launch configurations worth timing, best guess first, as attention_source keywords.
 
     target "cuda" (H200, sm_90) or "cpu" / "interpreter" (small tiles: the interpreter's cost
@@ -651,11 +759,16 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
     if dot_precision == "ieee" and fp32_dot == "ieee":
         # plain fp32 FMA dots (no tensor cores): only small tiles stay out of local memory
         return [c(64, 16, 8, 2), c(32, 16, 4, 2)]
+    if dot_precision == "fp16x1" and not kv_append:
+        # k and v scaled to fp16 before the kernel: its tiles are a 16-bit kernel's (sm_90
+        # cross-compile, Triton 3.9, causal, D = 128 GQA 4 and D = 64 with sinks and a window:
+        # none spills; 128x64 w8 s3 233 / 206 registers, 128 / 65 KB shared); not yet timed
+        return [c(128, 64, 8, 3), c(128, 64, 8, 2), c(128, 32, 8, 3), c(64, 64, 4, 3)]
     if dot_precision == "fp16x1" and big:
-        # one fp16 dot each on scaled operands; the scales and the fp32 v tile beside its fp16
-        # copy take registers: at D = 128 (Llama-3-8B prefill, causal, sm_90 cross-compile,
-        # Triton 3.9) 128x64 w8 s2 spilled 40 bytes (255 registers), 128x32 233-237 and 64x32
-        # 244 none; at D = 64 (gpt-oss, sinks and a window) fp16x3's tiles 212-254, none.
+        # (with kv_append: every tile scaled in the kernel) one fp16 dot each on scaled
+        # operands; the scales and the fp32 v tile beside its fp16 copy take registers: at
+        # D = 128 (Llama-3-8B prefill, causal, sm_90 cross-compile, Triton 3.9) 128x64 w8 s2
+        # spilled 40 bytes (255 registers), 128x32 233-237 and 64x32 244 none; at D = 64 (gpt-oss, sinks and a window) fp16x3's tiles 212-254, none.
         # Not yet timed on a GPU
         return [c(128, 32, 8, 3), c(128, 32, 8, 2), c(64, 32, 4, 3), c(128, 64, 8, 2)]
     if dot_precision in FP16_SPLITS:

@@ -127,7 +127,8 @@ def attention_space(spec, target, precision: str) -> list[dict]:
         tiles = attention_configs(opts["head_dim"], opts["dtype"], where, seq_q=opts["_seq_q"],
                                   dot_precision=scheme["dot_precision"],
                                   fp32_dot=scheme.get("fp32_dot", "tf32x3"),
-                                  value_head_dim=opts["value_head_dim"])
+                                  value_head_dim=opts["value_head_dim"],
+                                  kv_append=opts["kv_append"])
         for tile in tiles:
             space.append({**tile, **scheme})
     return space
