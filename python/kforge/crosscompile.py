@@ -156,19 +156,84 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
     return reports
 
 
-def _undo_interpreter_patches() -> None:
-    """Triton's interpreter (3.9) patches the builtins of `triton.language.core` while it runs a
-    kernel and, after some kernels (seen with the flash-attention kernel in one test process),
-    leaves all of them patched; a real compile in the same process then fails inside
-    `tl.program_id`. The originals are still what `triton.language` itself exports, so the
-    leaked ones are put back from there."""
+# what Triton's interpreter replaces besides the language's builtins (triton/runtime/
+# interpreter.py, _patch_lang): (owner, attribute) as the language had them when this module was
+# imported, for _undo_interpreter_patches
+_PLAIN_PATCHED = {
+    "lang": ("range", "static_range", "static_assert", "static_print", "multiple_of",
+             "max_contiguous", "max_constancy", "reduce", "associative_scan"),
+    "tensor": ("__index__", "__bool__", "__repr__", "__str__", "T"),
+    "dtype": ("to_ir",),
+    "condition": ("__bool__",),
+}
+_ORIGINALS: dict = {}
+_ABSENT = object()          # not an attribute of its own: the interpreter's is deleted
+
+
+def _patch_owners() -> dict:
     import triton.language as tl
-    for name, member in list(vars(tl.core).items()):
-        if "_patch_attr" not in getattr(member, "__qualname__", ""):
+    core = tl.core
+    return {"lang": (tl, core), "tensor": (core.tensor,), "dtype": (core.dtype,),
+            "condition": (core.condition,)}
+
+
+def _snapshot_language() -> None:
+    """The attributes the interpreter patches, as they are now (at import: before any kernel of
+    this process ran in the interpreter, in a normal run)."""
+    try:
+        owners = _patch_owners()
+    except ImportError:
+        return
+    for kind, names in _PLAIN_PATCHED.items():
+        for owner in owners[kind]:
+            for name in names:
+                value = owner.__dict__.get(name, _ABSENT)
+                if value is _ABSENT or not _is_patch(value):
+                    _ORIGINALS[(id(owner), name)] = value
+
+
+def _is_patch(value) -> bool:
+    return "interpreter" in getattr(value, "__module__", "") or \
+        "_patch_" in getattr(value, "__qualname__", "") or \
+        "_patch_" in getattr(getattr(value, "fget", None), "__qualname__", "")
+
+
+def _undo_interpreter_patches() -> None:
+    """Triton's interpreter replaces the builtins of `triton.language` (the module, `core`,
+    `math`, the tensor and tensor-descriptor classes) and a few other attributes while it runs
+    a kernel, and after some kernels (seen with the flash-attention kernel in one test process)
+    leaves them replaced; a real compile in the same process then fails in the first builtin it
+    meets (`tl.program_id`, or a tensor's `&`: "'block_argument' object has no attribute
+    'dtype'"), or fails a broken source with another error than its own. Each replaced builtin
+    keeps the original as its `member` default; the other attributes come from the snapshot
+    taken when this module was imported."""
+    import triton.language as tl
+    core = tl.core
+    for owner in (tl, core, tl.math, core.tensor, getattr(core, "tensor_descriptor_base", None)):
+        if owner is None:
             continue
-        original = getattr(tl, name, None)
-        if original is not None and "_patch_attr" not in getattr(original, "__qualname__", ""):
-            setattr(tl.core, name, original)
+        for name, member in list(vars(owner).items()):
+            if "_patch_attr" not in getattr(member, "__qualname__", ""):
+                continue
+            original = (getattr(member, "__kwdefaults__", None) or {}).get("member")
+            if original is not None:
+                setattr(owner, name, original)
+    owners = _patch_owners()
+    for kind, names in _PLAIN_PATCHED.items():
+        for owner in owners[kind]:
+            for name in names:
+                original = _ORIGINALS.get((id(owner), name))
+                current = owner.__dict__.get(name, _ABSENT)
+                if original is None or current is original:
+                    continue
+                if original is _ABSENT:
+                    if _is_patch(current):
+                        delattr(owner, name)
+                else:
+                    setattr(owner, name, original)
+
+
+_snapshot_language()
 
 
 def compile_candidate(source: str, spec, arch: int = 90, dynamic_size: int = 8,
@@ -196,7 +261,12 @@ def package_jobs(package, dynamic_size: int = 1024) -> dict[str, dict]:
         if spec is None:
             continue
         sig = signature_of(spec)
-        jobs[h] = {"name": f"region_{h}", "source": (package.root / entry["source"]).read_text(),
+        path = package.root / entry["source"]
+        if not path.is_file():
+            raise UserError(f"{package.root}: the manifest names the kernel of region {h} at "
+                            f"{entry['source']}, which is missing: the package is incomplete "
+                            "(copy it whole, or compile the model again)")
+        jobs[h] = {"name": f"region_{h}", "source": path.read_text(),
                    "args": [(list(a.concrete(dynamic_size)), a.dtype) for a in sig.args],
                    "weights": tuple(sig.weight_indices)}
     return jobs

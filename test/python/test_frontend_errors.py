@@ -48,6 +48,20 @@ def test_file_without_model(tmp_path):
     assert "get_init_inputs" in message          # says what the format is
 
 
+def test_file_variant_selector_says_what_to_set(tmp_path):
+    """`FILE.py::VARIANT` is `kforge bench`'s selector; elsewhere it was an import path that
+    failed with "cannot import ... (is it installed?)". Now: the variant's variables to set,
+    or the variants the file has."""
+    path = model_file(tmp_path, kernelbench("return self.fc(x)") +
+                      'VARIANTS = {"prefill": {"KFORGE_LLM_PHASE": "prefill"}, "decode": {}}\n')
+    message = import_error(tmp_path, f"{path}::prefill")
+    assert "`KFORGE_LLM_PHASE=prefill kforge ... " + str(path) + "`" in message
+    message = import_error(tmp_path, f"{path}::train")
+    assert "no variant 'train'" in message and "decode, prefill" in message
+    plain = model_file(tmp_path, kernelbench("return self.fc(x)"), name="plain.py")
+    assert "defines no VARIANTS" in import_error(tmp_path, f"{plain}::x")
+
+
 def test_file_with_syntax_error(tmp_path):
     path = model_file(tmp_path, "class Model(nn.Module:\n    pass\n")
     message = import_error(tmp_path, path)

@@ -49,6 +49,9 @@ def load_model(source: Any, example_inputs: Sequence[torch.Tensor] | None = None
         model, origin, py_module = source, type(source).__name__, None
     else:
         text = str(source)
+        file_part, sep, variant = text.partition("::")
+        if sep and file_part.endswith(".py") and Path(file_part).is_file():
+            raise UserError(_variant_hint(Path(file_part), variant))
         if text.endswith(".py") or Path(text).is_file():
             py_module, origin = _load_file(Path(text)), text
             model_cls = getattr(py_module, "Model", None)
@@ -85,6 +88,23 @@ def load_model(source: Any, example_inputs: Sequence[torch.Tensor] | None = None
             raise UserError(f"{origin}: example input {i} is a {type(value).__name__}; "
                             "only tensor inputs are supported (make scalars constructor arguments)")
     return LoadedModel(model, inputs, _input_names(model, len(inputs)), origin)
+
+
+def _variant_hint(path: Path, variant: str) -> str:
+    """The message for `FILE.py::VARIANT` outside `kforge bench`: what to set instead."""
+    try:
+        variants = getattr(_load_file(path), "VARIANTS", None) or {}
+    except UserError:
+        variants = {}
+    env = variants.get(variant) if isinstance(variants, dict) else None
+    if isinstance(env, dict) and env:
+        how = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+        return (f"{path}::{variant}: `FILE.py::VARIANT` selects a variant in `kforge bench` "
+                f"only; here set the variant's environment instead: `{how} kforge ... {path}`")
+    known = ", ".join(sorted(variants)) if isinstance(variants, dict) else ""
+    return (f"{path}::{variant}: `FILE.py::VARIANT` selects a variant in `kforge bench` only, "
+            + (f"and {path} has no variant {variant!r} (it has {known})" if known else
+               f"and {path} defines no VARIANTS") + f"; name the file alone: {path}")
 
 
 def _load_file(path: Path) -> ModuleType:
