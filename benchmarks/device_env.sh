@@ -25,3 +25,19 @@ env_txt() {
   } > "$OUT/env.txt" 2>&1
   cat "$OUT/env.txt"
 }
+
+# pack_out KEEP...: a device call brings back at most 8 files (the device README). Every file
+# under $OUT except the named ones (paths relative to $OUT) goes into $OUT/rest.tgz, so that a
+# run's logs do not crowd out its results (2026-12-05: a tuned package's archive and the strict
+# step of ab_tma_h200.sh were left behind). Call it last.
+pack_out() {
+  local keep=" $* " f rest=()
+  while IFS= read -r f; do
+    f="${f#./}"
+    [[ "$keep" == *" $f "* || "$f" == rest.tgz ]] || rest+=("$f")
+  done < <(cd "$OUT" && find . -type f | sort)
+  [ ${#rest[@]} -eq 0 ] && return 0
+  (cd "$OUT" && tar czf rest.tgz "${rest[@]}" && rm -f "${rest[@]}" &&
+    find . -mindepth 1 -type d -empty -delete)
+  echo "packed ${#rest[@]} files into $OUT/rest.tgz"
+}

@@ -35,3 +35,5 @@ step splitk "${SPLITK_S:-100}" KF_POLICY=tf32 KF_SCHEMES=fp16x1 KFORGE_BUILTIN_T
 step strict "${STRICT_S:-130}" KF_POLICY=strict KF_BUDGET_S=110 \
   KF_SHAPES="4096,4096,4096;8192,8192,8192"
 echo "wall $(( $(date +%s) - START )) s"
+pack_out big/builtin_gemm.json small/builtin_gemm.json splitk/builtin_gemm.json \
+  strict/builtin_gemm.json run.log env.txt

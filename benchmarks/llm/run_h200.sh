@@ -16,9 +16,9 @@
 #   bench    `kforge bench` on the LLM workloads with the packages: eager / torch.compile
 #            (default and max-autotune-no-cudagraphs) on the fp32 model and on the model cast to
 #            bf16, KForge strict and bf16; tokens/s, correctness, where KForge's time goes
-# Writes env.txt, moe.json, tune.log, tuned.tgz, precompile.log, bench.{json,md,png},
-# bench.log under $OUT. One device call (10 minutes) holds `moe tune` for all four workloads,
-# or `bench` for about one model (both phases; three torch.compile routes each): run
+# Writes env.txt, moe.json, tune.log, tuned.tgz, kernels.txt, precompile.log,
+# bench.{json,md,png}, bench.log under $OUT; all but the results are packed into rest.tgz.
+# One device call (10 minutes) holds `moe tune` for all four workloads, or `bench` for about one model (both phases; three torch.compile routes each): run
 #   STEPS="moe tune" ...; then STEPS=bench WORKLOADS=benchmarks/models/llama3_8b.py ...
 # with PACKAGES pointing at the tuned packages (tuned.tgz unpacked), and merge the bench.json
 # files with `kforge bench --merge A/bench.json B/bench.json --out DIR`. KFORGE_LLM_LAYERS / _BATCH / _SEQ / _CONTEXT change the shapes (the
@@ -78,6 +78,8 @@ if has tune; then
     > "$OUT/tune.log" 2>&1
   tail -20 "$OUT/tune.log"
   tar czf "$OUT/tuned.tgz" --exclude='*.safetensors' "$PACKAGES"
+  # which candidate each region runs, its error and time (readable without unpacking)
+  $PY benchmarks/llm/package_kernels.py "$PACKAGES"/*/*/ > "$OUT/kernels.txt" 2>&1
 fi
 if has compile; then
   # both torch.compile modes of the matched routes are compiled again by the bench; this
@@ -91,3 +93,5 @@ if has bench; then
     --no-tune --out "$OUT" --checkpoint "$OUT/partial.json" --min-reps "${MIN_REPS:-10}" \
     --rep-ms "${REP_MS:-100}" --deadline "$(( START + BUDGET_S - 60 ))" 2>&1 | tee "$OUT/bench.log" | tail -40
 fi
+# at most 8 files come back: the results first, the rest packed into rest.tgz
+pack_out bench.json bench.md kernels.txt tuned.tgz moe.json run.log env.txt

@@ -34,6 +34,9 @@ def main() -> int:
                    help="GROUP_M values to time for every configuration (default: the source's)")
     p.add_argument("--max-configs", type=int, default=0,
                    help="time only the first N tile configurations (0: all)")
+    p.add_argument("--extra-configs", default="",
+                   help="JSON list of further tile configurations (moe_source keywords) to time "
+                        "after moe_configs' own")
     args = p.parse_args()
     import triton.testing
 
@@ -75,6 +78,7 @@ def main() -> int:
                 split = dt == "fp32" and dot == "ieee" and fp32_dot == "fp16x3"
                 tiles = moe_configs(dt, "cuda", rows=T * K // E, split=split)
                 tiles = tiles[:args.max_configs] if args.max_configs > 0 else tiles
+                tiles = tiles + (json.loads(args.extra_configs) if args.extra_configs else [])
                 for cfg in [dict(c, group_m=gm) for c in tiles for gm in args.group_m] or tiles:
                     src = moe_source(num_experts=E, top_k=K, dtype=dt, dot_precision=dot,
                                      fp32_dot=fp32_dot, **cfg)
