@@ -221,7 +221,7 @@ def _search(space, ok, pick, stop=None, rounds=None):
 
 def replay(spec, space, rows, policy, rounds=None):
     from kforge.providers.builtin.analyst import analyze_profile
-    from kforge.providers.builtin.kernels import analyze_region
+    from kforge.providers.builtin.analysis import analyze_region
     from kforge.targets import get_target
     target = get_target("cuda")
     shape = analyze_region(spec)

@@ -31,7 +31,7 @@ def _short(c: dict) -> str:
 
 def predict(spec_dir: str, policies) -> list[dict]:
     from kforge.providers.builtin import analyst, config_space
-    from kforge.providers.builtin.kernels import analyze_region
+    from kforge.providers.builtin.analysis import analyze_region
     from kforge.spec import load_spec
     out = []
     for path in sorted(glob.glob(os.path.join(spec_dir, "*.json"))):

@@ -37,7 +37,7 @@ def whole_split(w, n_dims, planes):
 
 
 def step(what: str, n: int) -> str:
-    from kforge.providers.builtin.kernels import FP16_PREPARE_WEIGHTS
+    from kforge.providers.builtin.host import FP16_PREPARE_WEIGHTS
     from kforge.verify import inputs as m
     weight = n * n * 4
     start = _rss()

@@ -559,7 +559,7 @@ def test_fp16_prepare_weights_in_blocks_gives_the_whole_splits_planes(shape, n_d
     held 3.5 weights of temporaries): bit for bit the planes of the whole split, for every
     block size from one element to the whole weight, with columns decades apart, a zero column
     and signed zeros."""
-    from kforge.providers.builtin.kernels import FP16_PREPARE_WEIGHTS
+    from kforge.providers.builtin.host import FP16_PREPARE_WEIGHTS
     source = "import torch\n\n" + FP16_PREPARE_WEIGHTS.replace(
         "FP16_WEIGHTS", repr({0: (n_dims, planes)}))
     module = load_candidate(source, tmp_path / "prep.py")
@@ -585,7 +585,7 @@ def test_fp16_prepare_weights_in_blocks_gives_the_whole_splits_planes(shape, n_d
 def test_fp16_prepare_weights_in_blocks_on_the_gpu(planes, tmp_path):
     """On the device the planes are the whole split's too (a 4096x8192 weight, the default
     block of 2**24 elements and blocks of 2**20), and the temporaries are a few blocks."""
-    from kforge.providers.builtin.kernels import FP16_PREPARE_WEIGHTS
+    from kforge.providers.builtin.host import FP16_PREPARE_WEIGHTS
     source = "import torch\n\n" + FP16_PREPARE_WEIGHTS.replace(
         "FP16_WEIGHTS", repr({0: ((0,), planes)}))
     module = load_candidate(source, tmp_path / "prep_gpu.py")
@@ -618,7 +618,7 @@ def test_fp16x3_generated_prepare_weights_is_the_blocked_split(tmp_path):
 @pytest.mark.parametrize("shape", [(12, 16), (3, 5, 7)])
 def test_tf32_prepare_weights_in_blocks_gives_the_whole_splits_planes(shape, tmp_path):
     """3xtf32's [hi, lo] weight planes, split a block at a time: bit for bit the whole split."""
-    from kforge.providers.builtin.kernels import TF32_PREPARE_WEIGHTS
+    from kforge.providers.builtin.host import TF32_PREPARE_WEIGHTS
     source = "import torch\n\n" + TF32_PREPARE_WEIGHTS.replace("TF32_WEIGHTS", "(0,)")
     module = load_candidate(source, tmp_path / "prep_tf32.py")
     w = torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 1e3
@@ -840,13 +840,13 @@ def test_bf16_offers_fp16x1_second_and_fp32_operands_last(monkeypatch):
     interpreter) last. On a GPU a GEMM whose activation pass costs no more than its product
     (and every decode-shaped one, <= 128 rows) takes fp16x1 first: the same tensor-core rate,
     8x finer rounding; bf16 operands missed the policy at the output of four Llama layers."""
-    from kforge.providers.builtin import kernels as builtin_kernels
+    from kforge.providers.builtin import schemes
     s = spec("matmul_bias_relu")                   # 8 rows
     space = config_space(s, "cuda", "bf16")
     assert space[0]["input_precision"] == "fp16x1"
     assert space[1]["input_precision"] == "tf32"   # the accurate fallback, then the rest
     assert any(c.get("input_precision") is None for c in space)
-    monkeypatch.setattr(builtin_kernels, "fp16x1_first",
+    monkeypatch.setattr(schemes, "fp16x1_first",
                         lambda spec, target, stage: False)     # the pass would cost more
     for target, scheme in (("cuda", "tf32"), ("cpu", "ieee")):
         space = config_space(s, target, "bf16")
@@ -924,7 +924,7 @@ def test_tf32_policy_takes_fp16x3_first_when_b_is_n_major_in_memory():
     fp16x3 first (16-bit wgmma takes either layout); nn.Linear (W^T, K-major) stays tf32; the
     interpreter keeps the target's own order."""
     from kforge.providers.builtin import region_shape
-    from kforge.providers.builtin.kernels import gemm_input_precisions
+    from kforge.providers.builtin.schemes import gemm_input_precisions
     engine = Path(__file__).parent / "fixtures" / "engine"
     x_at_w = load_spec(engine / "matmul_bias.json")
     linear = load_spec(SPECS / "matmul_bias_relu.json")
@@ -966,11 +966,11 @@ def test_tensors_of_2_31_elements_are_addressed_in_int64(name, tmp_path, monkeyp
 def test_fp16x1_first_where_its_pass_costs_no_more_than_the_product(m, n, k, first):
     """bf16 on the H200: fp16x1 first wherever its activation pass (10 bytes an element of A
     at the measured bandwidth) takes no longer than the product at the bf16 rate."""
-    from kforge.providers.builtin import kernels as builtin_kernels
-    con = builtin_kernels.Contraction(op=None, a=0, b=1, batch=[], m=[0], n=[1], k=[2],
-                                      sizes=[m, n, k])
+    from kforge.providers.builtin.analysis import Contraction
+    from kforge.providers.builtin.schemes import fp16x1_first
+    con = Contraction(op=None, a=0, b=1, batch=[], m=[0], n=[1], k=[2], sizes=[m, n, k])
     stage = dataclasses.replace(analyze_region(spec("matmul_bias_relu")), contraction=con)
-    assert builtin_kernels.fp16x1_first(None, get_target("cuda"), stage) is first
+    assert fp16x1_first(None, get_target("cuda"), stage) is first
 
 
 def _first_kernels(model, inputs, tmp_path, precision="strict"):

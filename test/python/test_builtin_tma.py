@@ -381,7 +381,7 @@ def test_tf32_policy_puts_fp16x1_first_on_gpus(tmp_path):
     products, fp16x3 last; in the interpreter the tf32 kernel stays first, fp16x1 second. A
     convolution-like GEMM whose pass costs more than its product keeps tf32 first."""
     from kforge.providers.builtin import region_shape
-    from kforge.providers.builtin.kernels import gemm_input_precisions
+    from kforge.providers.builtin.schemes import gemm_input_precisions
     big = _big_spec(tmp_path / "big", "matmul_bias_relu", M=4096, K=4096, N=4096)
     space = config_space(big, "cuda", "tf32")
     assert space[0].get("TMA") and space[0]["input_precision"] == "fp16x1"

@@ -21,7 +21,7 @@ from kforge.profiling.report import profile_markdown, profile_row, summarize
 from kforge.profiling.triton_meta import code_facts, facts_from_dump, ptx_load_widths
 from kforge.providers.builtin import BuiltinProvider, config_space
 from kforge.providers.builtin.analyst import analyze_profile, rank_configs, tile_model
-from kforge.providers.builtin.kernels import analyze_region
+from kforge.providers.builtin.analysis import analyze_region
 from kforge.providers.base import GenerationRequest
 from kforge.spec import load_spec
 from kforge.targets import get_target

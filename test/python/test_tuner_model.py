@@ -13,7 +13,7 @@ import pytest
 from kforge.profiling import Profile, Timing
 from kforge.providers.builtin import BuiltinProvider, config_space
 from kforge.providers.builtin import analyst
-from kforge.providers.builtin.kernels import analyze_region
+from kforge.providers.builtin.analysis import analyze_region
 from kforge.spec import load_spec
 from kforge.synth import MIN_GAIN, STOP_PREFIX, SynthOptions, synthesize_region
 from kforge.targets import get_target

@@ -41,7 +41,7 @@ def gemm_configs(problem: dict, bf16: bool, compute_units: int) -> list[dict]:
                  (128, 128, 32, 4, 3), (64, 64, 32, 4, 5)]
     out = []
     # a row reduction over N is fused when one tile spans the row; else the GEMM writes its
-    # product and a rows kernel finishes (kforge.providers.builtin.kernels)
+    # product and a rows kernel finishes (kforge.providers.builtin.gemm)
     fuse = problem.get("full_rows") and pow2_at_least(N) <= 256
     for bm, bn, bk, w, s in tiles:
         if fuse:

@@ -15,9 +15,10 @@ from kforge.providers.builtin.analyst import analyze_profile, kernel_metadata
 from kforge.providers.builtin.attention import attention_source_for, attention_space, is_attention
 from kforge.providers.builtin.moe import is_moe, moe_source_for, moe_space
 from kforge.providers.builtin.emitter import CannotGenerate
-from kforge.providers.builtin.kernels import (FP16X3, FUSED, NARROW, SPLIT, RegionShape,
-                                              analyze_region, gemm_input_precisions,
-                                              generate_source, problem_of, stage_configs,
+from kforge.providers.builtin.analysis import (FUSED, NARROW, SPLIT, RegionShape, analyze_region,
+                                               problem_of)
+from kforge.providers.builtin.kernels import generate_source
+from kforge.providers.builtin.schemes import (FP16X3, gemm_input_precisions, stage_configs,
                                               tma_configs)
 from kforge.targets import get_target
 

@@ -216,20 +216,20 @@ def _b_mn_major(spec, shape) -> bool:
     """Whether B's contiguous dimension is an output column (N), as the region holds it."""
     if spec is None:
         return False
-    from kforge.providers.builtin.kernels import _b_n_major
-    return _b_n_major(spec, shape.contraction)
+    from kforge.providers.builtin.schemes import b_n_major
+    return b_n_major(spec, shape.contraction)
 
 
 def _operands(spec, shape) -> tuple[int, int, bool]:
     """(bytes of an A element, of a B element, is B a weight) as the region holds them."""
     if spec is None:
         return 4, 4, True
-    from kforge.providers.builtin.kernels import _weight_source
+    from kforge.providers.builtin.analysis import weight_source
     con = shape.contraction
     size = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2}
     a, b = con.op.operands[con.a], con.op.operands[con.b]
     return (size.get(spec.tensor(a).dtype, 4), size.get(spec.tensor(b).dtype, 4),
-            _weight_source(spec, b) is not None)
+            weight_source(spec, b) is not None)
 
 
 def _rate(peaks, scheme) -> float:

@@ -1,0 +1,122 @@
+"""The bookkeeping one region's kernels share while they are generated: each kernel's
+parameters, constexprs, body and launch (`Kernel`), the temporaries between kernels, the
+weights that `prepare_weights` stores in another form, and the emitters (`Builder`).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from kforge.providers.builtin import indexing as ix
+from kforge.providers.builtin.emitter import Emitter, Scope, Val
+from kforge.spec import GenericOp, KernelSpec
+
+
+# the blocks a rows kernel's variables span (rows: [BLOCK_R, 1], cols: [1, BLOCK_C])
+ROW, COL = ("BLOCK_R", "1"), ("1", "BLOCK_C")
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list[str]                 # pointer parameters, in call order
+    tensors: list[str]                # the launch-side tensor expression for each parameter
+    constexprs: dict                  # name -> value
+    lines: list[str]
+    grid: str
+    num_warps: int
+    num_stages: int | None = None
+    comment: str = ""
+    options: dict = field(default_factory=dict)     # backend launch keywords (xpu: grf_mode)
+
+    def source(self) -> str:
+        sig = ", ".join(self.params + [f"{k}: tl.constexpr" for k in self.constexprs])
+        head = ["@triton.jit", f"def {self.name}({sig}):"]
+        if self.comment:
+            head.append(f'    """{self.comment}"""')
+        return "\n".join(head + self.lines) + "\n"
+
+    def call(self) -> str:
+        args = ", ".join(self.tensors + [f"{k}={v!r}" for k, v in self.constexprs.items()])
+        opts = f", num_warps={self.num_warps}"
+        if self.num_stages is not None:
+            opts += f", num_stages={self.num_stages}"
+        opts += "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"{self.name}[{self.grid}]({args}{opts})"
+
+
+class Builder:
+    """Shared bookkeeping for one region's kernels: pointer names, loads, emitters."""
+
+    def __init__(self, spec: KernelSpec, target, precision: str):
+        self.spec = spec
+        self.target = target
+        self.precision = precision
+        self.kernels: list[Kernel] = []
+        self.temporaries: dict[str, str] = {}       # value -> allocation expression
+        self.split_sums: dict[str, int] = {}
+        self.dot_loads: dict[str, set] = {}
+        self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes
+        # fp16x3 / fp16x1 weights -> (their output-column dims, planes: 2 hi + lo, 1 hi alone)
+        self.fp16_weights: dict[str, tuple[tuple, int]] = {}
+        self.combiners: dict[str, None] = {}         # reduction combine functions to define
+        self.math_used = False
+        self.tma = False                             # in-kernel TMA descriptors
+
+    def snapshot(self) -> dict:
+        """The bookkeeping so far, to undo a kernel that could not be generated."""
+        return copy.deepcopy({k: v for k, v in vars(self).items()
+                              if k not in ("spec", "target")})
+
+    def restore(self, saved: dict) -> None:
+        vars(self).update(saved)
+
+    def pointers(self, extra: dict | None = None) -> dict[str, str]:
+        ptrs = {a.name: a.name for a in self.spec.args}
+        ptrs.update({v: f"{v}_tmp" for v in self.temporaries})
+        ptrs.update(extra or {})
+        return ptrs
+
+    def emitter(self, kvars, columns=None) -> Emitter:
+        em = Emitter(self.spec, self.target, kvars, self.pointers(), columns)
+        em.split_sums = self.split_sums
+        return em
+
+    def finish(self, em: Emitter, name: str, outputs: list[str], constexprs: dict, lines,
+               grid: str, num_warps: int, num_stages=None, comment: str = "",
+               out_params: dict | None = None, options: dict | None = None) -> Kernel:
+        for t, how in em.loads.items():
+            self.dot_loads.setdefault(t, set()).update(how)
+        self.math_used |= em.math_used
+        self.combiners.update(em.combiners_used)
+        loaded = [a.name for a in self.spec.args if a.name in em.loads]
+        loaded += [v for v in self.temporaries if v in em.loads]
+        params = [em.pointers[t] for t in loaded]
+        tensors = list(loaded)
+        for o in outputs:
+            params.append((out_params or {}).get(o, f"{o}_out"))
+            tensors.append(o)
+        k = Kernel(name, params, tensors, constexprs, lines, grid, num_warps, num_stages,
+                   comment, dict(options or {}))
+        self.kernels.append(k)
+        return k
+
+    def store(self, scope: Scope, em: Emitter, out: str, ptr: str, index: tuple, val: Val):
+        store_tile(scope, em, ptr, ix.ravel(index, self.spec.tensor(out).shape), val)
+
+
+def store_tile(scope: Scope, em: Emitter, ptr: str, offset: ix.Index, val: Val) -> None:
+    """Store `val` at `ptr + offset`, masked to the kernel variables of both: a value that
+    varies along a variable the offset does not (an N = 1 product's [BLOCK_M, BLOCK_N] tile
+    stored at rm alone) is stored once, from its in-bounds elements, through a pointer
+    broadcast to its block."""
+    over = ix.variables(offset) | {v for v in val.deps if v in em.kvars}
+    mask = em.mask_of(over)
+    addr = em.address(ptr, offset, over)
+    scope.emit(f"tl.store({addr}, {val.code}" + (f", mask={mask})" if mask else ")"))
+
+
+def ops_comment(spec: KernelSpec, em: Emitter | None = None) -> str:
+    names = list(em.ops_used) if em is not None else [
+        op.name for op in spec.ops if isinstance(op, GenericOp)]
+    return ", ".join(n for n in dict.fromkeys(names) if n != "linalg.fill") or "copy"
