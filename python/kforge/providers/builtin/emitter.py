@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -226,15 +227,27 @@ class Emitter:
         self.columns = columns
         self.counter = 0
         self.loads: dict[str, set[str]] = {}   # tensor -> {"dot", "other"}: how it is read
-        self.dot_context = False
+        self.dot_context = False               # loads are a matrix product's operands (operand_reads)
         self.math_used = False
         self.root: Scope | None = None
         self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
         self.ops_used: dict[str, None] = {}     # names of the ops this kernel computes, in order
         self.planes: set[str] = set()           # arguments stored as hi/lo planes
         self.combiners_used: dict[str, None] = {}   # reduction combine functions needed
-        self.plane = 0                          # the plane being read
+        self.plane = 0                          # the plane being read (operand_reads)
         self.load_index: dict[str, tuple] = {}  # tensor -> the index it was last loaded at
+
+    @contextmanager
+    def operand_reads(self, plane: int = 0):
+        """Values computed inside are a matrix product's operands: their loads count as `dot`
+        reads (a weight read only so may be prepared at load), and a weight stored as planes
+        (`planes`) is read at plane `plane` (0 hi, 1 lo)."""
+        saved = self.dot_context, self.plane
+        self.dot_context, self.plane = True, plane
+        try:
+            yield
+        finally:
+            self.dot_context, self.plane = saved
 
     # -- helpers --------------------------------------------------------------------------------
     def fresh(self, stem: str = "x") -> str:

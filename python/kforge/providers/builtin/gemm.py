@@ -212,20 +212,18 @@ def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
     else:
         body = op.body
         b_weight = weight_source(spec, op.operands[con.b])
-        em.dot_context = True
-        a = em.body_value(op, p_a, body.args[con.a], loop)
-        split_b = impl == "3xtf32" and b_weight is not None and a.dtype == "f32"
-        if split_b:
-            em.planes.add(b_weight)
-        bb = em.body_value(op, p_b, body.args[con.b], loop)
+        with em.operand_reads():
+            a = em.body_value(op, p_a, body.args[con.a], loop)
+            split_b = impl == "3xtf32" and b_weight is not None and a.dtype == "f32"
+            if split_b:
+                em.planes.add(b_weight)
+            bb = em.body_value(op, p_b, body.args[con.b], loop)
         a_code = _dot_operand(a, (row_a.name, "ka"), "[BLOCK_M, BLOCK_K]", kvars["ka"].mask)
         b_code = _dot_operand(bb, ("kb", col_b.name), "[BLOCK_K, BLOCK_N]", kvars["kb"].mask)
         if split_b:
-            em.plane = 1
-            b_lo = em.body_value(op, p_b, body.args[con.b], loop)
-            em.plane = 0
+            with em.operand_reads(plane=1):
+                b_lo = em.body_value(op, p_b, body.args[con.b], loop)
             b.split_weights.add(b_weight)
-        em.dot_context = False
         dtype = a.dtype
         if impl == "3xtf32" and dtype == "f32":
             # fp32-accurate on tf32 tensor cores: x = hi + lo with hi rounded to tf32; three
@@ -628,13 +626,11 @@ def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: di
     b_weight = weight_source(spec, op.operands[con.b])
     if b_weight is not None:        # hi/lo planes and column exponents from prepare_weights
         em.planes.add(b_weight)
-        em.dot_context = True
-        hi = em.body_value(op, p_b, op.body.args[con.b], loop)
+        with em.operand_reads():
+            hi = em.body_value(op, p_b, op.body.args[con.b], loop)
         if products == 3:
-            em.plane = 1
-            lo = em.body_value(op, p_b, op.body.args[con.b], loop)
-            em.plane = 0
-        em.dot_context = False
+            with em.operand_reads(plane=1):
+                lo = em.body_value(op, p_b, op.body.args[con.b], loop)
         wshape = spec.tensor(b_weight).shape
         index = em.load_index[b_weight]
         n_dims = _fp16x3_weight_dims(index, col_b)
