@@ -261,16 +261,20 @@ def cmd_xcompile(args) -> int:
         xpu_env.ensure(progress=lambda m: print(m, file=sys.stderr))
     report = compile_package(args.package, target=target)
     bad = 0
-    print(f"{'region':16s} {'kernel':44s} {'ok':3s} {'mma':8s} {'regs':>4s} {'spill':>6s} "
-          f"{'smem KB':>7s} {'SPIR-V KB':>9s} {'warps':>5s} {'s':>5s}")
+    print(f"{'region':16s} {'kernel':44s} {'ok':3s} {'mma':8s} {'tma':3s} {'regs':>4s} "
+          f"{'spill':>6s} {'smem KB':>7s} {'shfl':>5s} {'bar':>4s} {'SPIR-V KB':>9s} "
+          f"{'warps':>5s} {'s':>5s}")
     for h, kernels in report.items():
         for k in kernels:
             bad += not k.ok
             spill = "" if k.spill_stores is None else str(k.spill_stores + (k.spill_loads or 0))
             spirv = "" if k.spirv_bytes is None else f"{k.spirv_bytes / 1024:.0f}"
+            ops = k.ptx_ops or {}
             print(f"{h:16s} {k.name[-44:]:44s} {'yes' if k.ok else 'NO':3s} {k.mma or '-':8s} "
-                  f"{k.registers or '':>4} {spill:>6s} "
+                  f"{('yes' if k.tma else '-') if ops else '':3s} {k.registers or '':>4} "
+                  f"{spill:>6s} "
                   f"{'' if k.shared_bytes is None else round(k.shared_bytes / 1024):>7} "
+                  f"{ops.get('shfl', ''):>5} {ops.get('bar', ''):>4} "
                   f"{spirv:>9s} {k.num_warps or '':>5} {k.compile_s:5.1f}")
             if k.error:
                 print(f"    {k.error.splitlines()[0][:300]}")
@@ -380,9 +384,11 @@ def register(subparsers) -> None:
         description="Compile every kernel of a package for its target's architecture (no GPU "
                     "needed) and report per kernel: compiled or the compiler's error, the matrix "
                     "unit used (wgmma / dpas), registers and spills (cuda: ptxas), shared "
-                    "memory, SPIR-V size (xpu). cuda uses the local Triton; xpu uses triton-xpu "
-                    "in an environment of its own, made on first use (KFORGE_XPU_VENV, default "
-                    "~/.cache/kforge/xpu-venv). The GPU host's verification still decides.")
+                    "memory, SPIR-V size (xpu); cuda also whether TMA moves tiles and the PTX's "
+                    "shuffles and barriers (all PTX counts in --json). cuda uses the local "
+                    "Triton; xpu uses triton-xpu in an environment of its own, made on first use "
+                    "(KFORGE_XPU_VENV, default ~/.cache/kforge/xpu-venv). The GPU host's "
+                    "verification still decides.")
     p.add_argument("package", metavar="PKG")
     p.add_argument("--target", default=None, metavar="BACKEND[:ARCH]",
                    help="cuda[:sm_90|sm_80] or xpu[:pvc|bmg] (default: the package's target "

@@ -7,8 +7,9 @@ which follows the same steps with that Triton and reports SPIR-V size and DPAS u
 For cuda, on a machine without the GPU, `kforge xcompile PKG` runs each kernel's `launch` on meta tensors
 with Triton's launcher replaced by a compile for the target architecture (Triton's own argument
 binder and specialization, then `triton.compile` for `GPUTarget("cuda", 90, 32)`, i.e. H100 /
-H200), and reports per kernel: whether the matrix products became Hopper `wgmma`, registers,
-spill stores and loads (ptxas -v), shared memory, and compile errors. It runs the local Triton,
+H200), and reports per kernel: whether the matrix products became Hopper `wgmma`, whether TMA
+moves its tiles, registers, spill stores and loads (ptxas -v), shared memory, a count of the PTX
+instructions that show a loop's work (`ptx_profile`), and compile errors. It runs the local Triton,
 which may differ from the GPU host's; the host's own verification is what decides.
 """
 from __future__ import annotations
@@ -46,9 +47,34 @@ class KernelReport:
     threads_per_warp: int | None = None   # xpu: the sub-group size compiled for
     grf_mode: str | None = None       # xpu: "large" = 256 registers a thread
     compiler: str = ""
+    tma: bool = False                 # cuda: tiles moved by TMA (cp.async.bulk.tensor)
+    ptx_ops: dict = field(default_factory=dict)   # cuda: PTX_OPS counted in the kernel's PTX
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+# What a kernel's PTX shows of its inner loop's work, where no GPU can time it (a proxy: counts
+# of instructions in the text, not of executions): tensor-core products, TMA copies, cross-lane
+# shuffles (reductions, layout changes), barriers, pre-Hopper async copies, local memory
+# (spills), and the PTX's length. Prepared fp16x1 attention against the per-tile one it replaced,
+# 2026-12-05: 96 shuffles and 12 barriers against 384 and 54 (benchmarks/attention/NOTES.md).
+PTX_OPS = {
+    "wgmma": r"wgmma\.mma_async",
+    "mma.sync": r"\bmma\.sync",
+    "tma": r"cp\.async\.bulk\.tensor",
+    "shfl": r"shfl\.sync",
+    "bar": r"\b(?:bar|barrier)\.sync",
+    "cp.async": r"cp\.async\.(?:ca|cg)",
+    "local": r"\b(?:ld|st)\.local",
+}
+
+
+def ptx_profile(ptx: str) -> dict[str, int]:
+    """PTX_OPS counted in `ptx`, and its number of lines (`lines`)."""
+    counts = {name: len(re.findall(pattern, ptx)) for name, pattern in PTX_OPS.items()}
+    counts["lines"] = ptx.count("\n")
+    return counts
 
 
 def _triton_version() -> str:
@@ -111,6 +137,8 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
                                     options=options.__dict__)
             ptx = kernel.asm.get("ptx", "")
             rep.mma = "wgmma" if "wgmma" in ptx else "mma.sync" if "mma.sync" in ptx else ""
+            rep.ptx_ops = ptx_profile(ptx)
+            rep.tma = rep.ptx_ops["tma"] > 0
             rep.shared_bytes = int(getattr(kernel.metadata, "shared", 0) or 0)
             rep.registers, rep.spill_stores, rep.spill_loads = _ptxas_info(ptx, arch)
             rep.ok = True

@@ -284,6 +284,8 @@ def test_tma_kernel_compiles_to_wgmma_for_sm90(name, scheme, monkeypatch, tmp_pa
         gemm = [r for r in reports if r.name.endswith("_gemm")]
         assert gemm and all(r.mma == "wgmma" for r in gemm), [(r.name, r.mma) for r in reports]
         assert all(r.spill_stores == 0 for r in gemm), [(r.name, r.spill_stores) for r in gemm]
+        # the descriptors became TMA copies in the GEMM; its operand pass reads by pointer
+        assert all(r.tma for r in gemm) and not any(r.tma for r in reports if r not in gemm)
         # within the H200's shared memory (the target's limit)
         limit = get_target("cuda").arch_info.shared_bytes
         assert all(r.shared_bytes <= limit for r in gemm), [r.shared_bytes for r in gemm]

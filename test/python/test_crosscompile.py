@@ -33,6 +33,25 @@ def test_builtin_gemm_compiles_to_wgmma_for_sm90(policy, monkeypatch):
     gemm = [r for r in reports if r.name.endswith("_gemm")]
     assert gemm and all(r.mma == "wgmma" for r in gemm)
     assert all(r.registers and r.spill_stores is not None for r in reports)
+    # 8 rows: the pointer kernel (no TMA); its PTX profile counts the products it issues
+    assert all(r.ptx_ops["wgmma"] > 0 and not r.tma and r.ptx_ops["local"] == 0 for r in gemm)
+
+
+def test_ptx_profile_counts_what_a_kernel_issues():
+    ptx = """
+	wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2;
+	wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f2}, %rd3, %rd4;
+	cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd5, {%r2, %r3}], [%r4];
+	shfl.sync.bfly.b32 %r5, %r6, 16, 31, -1;
+	bar.sync 0;
+	barrier.sync.aligned 1, 256;
+	cp.async.cg.shared.global [%r7], [%rd6], 16;
+	st.local.u32 [%rd7], %r8;
+	ld.local.u32 %r9, [%rd7];
+"""
+    got = xc.ptx_profile(ptx)
+    assert got == {"wgmma": 2, "mma.sync": 0, "tma": 1, "shfl": 1, "bar": 2, "cp.async": 1,
+                   "local": 2, "lines": 10}
 
 
 @pytest.mark.parametrize("name", ["matvec_bias_relu", "conv2d_pad_1x1"])
