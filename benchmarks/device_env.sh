@@ -14,6 +14,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # PACKAGES: the caller's, else the script's DEFAULT_PACKAGES (set before sourcing), else the suite's
 PACKAGES="${PACKAGES:-${DEFAULT_PACKAGES:-.carry/bench}}"
 
+# carried_wheels: the wheels carried in .whl (transformers, where the image's is older)
+# installed into /tmp/site, first on the Python path; nothing when none are carried
+carried_wheels() {
+  ls .whl/*.whl >/dev/null 2>&1 || return 0
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+}
+
 # env_txt: $OUT/env.txt (the date, the GPU and its clocks, torch and triton, the commit), printed
 env_txt() {
   {

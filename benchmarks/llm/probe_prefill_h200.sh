@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: the two kernels that hold Llama-3-8B's bf16 prefill package, in isolation at
 # its shapes (2026-12-05d: attention 11 % of the step-by-step time at about 40 TFLOP/s, GEMMs
-# 86 %). Writes env.txt, attn.log, attn_bhsd.json, attn_bshd.json, moe.{json,log} and
-# sweep/ under $OUT (all but the results packed into rest.tgz).
+# 86 %). Writes env.txt, attn.log, attn_bhsd.json, attn_bshd.json, moe.{json,log}, sweep/ and
+# (VERIFY_PACKAGES) verify.log, reports.md under $OUT (all but the results packed into
+# rest.tgz).
 #   attention  benchmarks/attention/bench_attention.py, B4 Hq32/Hkv8 S1024 D128 causal: fp32
 #              tensors with bf16 dots and with fp16x1 (k, v prepared), and bf16 tensors, every
 #              configuration of attention_configs; then fp16x1 in the [B, S, H, D] memory order
@@ -18,10 +19,7 @@
 #   (on the device, repository root)
 set -uo pipefail
 source "$(dirname "$0")/../device_env.sh"
-if ls .whl/*.whl >/dev/null 2>&1; then      # (transformers, where the image's is older)
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
+carried_wheels
 env_txt
 STEPS="${STEPS:-attention moe gemm}"
 has() { [[ " $STEPS " == *" $1 "* ]]; }

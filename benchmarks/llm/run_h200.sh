@@ -18,7 +18,8 @@
 #            bf16, KForge strict and bf16; tokens/s, correctness, where KForge's time goes
 # Writes env.txt, moe.json, tune.log, tuned.tgz, kernels.txt, precompile.log,
 # bench.{json,md,png}, bench.log under $OUT; all but the results are packed into rest.tgz.
-# One device call (10 minutes) holds `moe tune` for all four workloads, or `bench` for about one model (both phases; three torch.compile routes each): run
+# One device call (10 minutes) holds `moe tune` for all four workloads, or `bench` for about
+# one model (both phases; three torch.compile routes each): run
 #   STEPS="moe tune" ...; then STEPS=bench WORKLOADS=benchmarks/models/llama3_8b.py ...
 # with PACKAGES pointing at the tuned packages (tuned.tgz unpacked), and merge the bench.json
 # files with `kforge bench --merge A/bench.json B/bench.json --out DIR`. KFORGE_LLM_LAYERS / _BATCH / _SEQ / _CONTEXT change the shapes (the
@@ -47,10 +48,7 @@ BENCH_WORKLOADS="${BENCH_WORKLOADS:-$WORKLOADS}"
 POLICIES="${POLICIES:-strict,bf16}"
 BUDGET_S="${BUDGET_S:-560}"                  # this call's whole budget
 export KFORGE_ZOO_SIZE="${KFORGE_ZOO_SIZE:-real}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
+carried_wheels
 {
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv

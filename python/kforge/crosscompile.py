@@ -9,8 +9,8 @@ with Triton's launcher replaced by a compile for the target architecture (Triton
 binder and specialization, then `triton.compile` for `GPUTarget("cuda", 90, 32)`, i.e. H100 /
 H200), and reports per kernel: whether the matrix products became Hopper `wgmma`, whether TMA
 moves its tiles, registers, spill stores and loads (ptxas -v), shared memory, a count of the PTX
-instructions that show a loop's work (`ptx_profile`), and compile errors. It runs the local Triton,
-which may differ from the GPU host's; the host's own verification is what decides.
+instructions that show a loop's work (`ptx_profile`), and compile errors. It runs the local
+Triton, which may differ from the GPU host's; the host's own verification is what decides.
 """
 from __future__ import annotations
 
@@ -47,8 +47,12 @@ class KernelReport:
     threads_per_warp: int | None = None   # xpu: the sub-group size compiled for
     grf_mode: str | None = None       # xpu: "large" = 256 registers a thread
     compiler: str = ""
-    tma: bool = False                 # cuda: tiles moved by TMA (cp.async.bulk.tensor)
     ptx_ops: dict = field(default_factory=dict)   # cuda: PTX_OPS counted in the kernel's PTX
+
+    @property
+    def tma(self) -> bool:
+        """cuda: tiles moved by TMA (cp.async.bulk.tensor in the PTX)."""
+        return self.ptx_ops.get("tma", 0) > 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -136,9 +140,9 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
             kernel = triton_compile(ASTSource(fn, signature, constexprs, attrs), target=target,
                                     options=options.__dict__)
             ptx = kernel.asm.get("ptx", "")
-            rep.mma = "wgmma" if "wgmma" in ptx else "mma.sync" if "mma.sync" in ptx else ""
             rep.ptx_ops = ptx_profile(ptx)
-            rep.tma = rep.ptx_ops["tma"] > 0
+            rep.mma = "wgmma" if rep.ptx_ops["wgmma"] else \
+                "mma.sync" if rep.ptx_ops["mma.sync"] else ""
             rep.shared_bytes = int(getattr(kernel.metadata, "shared", 0) or 0)
             rep.registers, rep.spill_stores, rep.spill_loads = _ptxas_info(ptx, arch)
             rep.ok = True

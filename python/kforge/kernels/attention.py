@@ -69,7 +69,8 @@ Precision (`dot_precision`):
     new keys, read where they lie) each k tile is scaled per key and each v tile per column
     over the tile's keys, in the kernel, and each tile's p@v is unscaled before it is added.
     Operands keep 11 significant bits, as TF32 does (and 8x finer than bf16), at the 16-bit
-    rate: tf32's second scheme and bf16's second, before fp16x3. P is in [0, 1] and rounded to fp16 as fp16x3 does.
+    rate: tf32's second scheme and bf16's second, before fp16x3. P is in [0, 1] and rounded to
+    fp16 as fp16x3 does.
   * interpret=True (the Triton interpreter, TRITON_INTERPRET=1): numpy has no bf16 matmul, so
     every dot widens its (already rounded) operands to fp32 and multiplies exactly; the rounding of
     the "bf16" policy is still applied first, so the numerics match the GPU's up to accumulation
@@ -174,6 +175,15 @@ def _prep_k16(K, K16, KS, Skv, H, stride_kb, stride_kh, stride_kn, stride_kd,
     tl.store(KS + out_rows, down, mask=r_ok)
 
 @triton.jit
+def _v_block(base, r0, Skv, cols, c_ok, stride_vn, stride_vd, BLOCK_R: tl.constexpr):
+    """Rows r0 .. r0 + BLOCK_R of one head's v at `cols` (0 outside), the rows, their mask."""
+    rows = r0 + tl.arange(0, BLOCK_R)
+    ok = (rows < Skv)[:, None] & c_ok[None, :]
+    x = tl.load(base + rows[:, None].to(tl.int64) * stride_vn + cols[None, :] * stride_vd,
+                mask=ok, other=0.0)
+    return x, rows, ok
+
+@triton.jit
 def _prep_v16(V, V16, VS, Skv, H, stride_vb, stride_vh, stride_vn, stride_vd,
               HEAD_DIM_V: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr):
     """fp16x1's values: each column (b, head, d) scaled by one power of two over all its keys
@@ -185,18 +195,12 @@ def _prep_v16(V, V16, VS, Skv, H, stride_vb, stride_vh, stride_vn, stride_vd,
     base = V + (bh // H).to(tl.int64) * stride_vb + (bh % H).to(tl.int64) * stride_vh
     amax = tl.zeros([BLOCK_C], dtype=tl.float32)
     for r0 in range(0, Skv, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        ok = (rows < Skv)[:, None] & c_ok[None, :]
-        x = tl.load(base + rows[:, None].to(tl.int64) * stride_vn + cols[None, :] * stride_vd,
-                    mask=ok, other=0.0)
+        x, rows, ok = _v_block(base, r0, Skv, cols, c_ok, stride_vn, stride_vd, BLOCK_R)
         amax = tl.maximum(amax, tl.max(tl.abs(x), 0))
     up, down = _pow2_scales(amax)
     tl.store(VS + bh.to(tl.int64) * HEAD_DIM_V + cols, down, mask=c_ok)
-    for r0 in range(0, Skv, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        ok = (rows < Skv)[:, None] & c_ok[None, :]
-        x = tl.load(base + rows[:, None].to(tl.int64) * stride_vn + cols[None, :] * stride_vd,
-                    mask=ok, other=0.0)
+    for r0 in range(0, Skv, BLOCK_R):       # again, scaled by the factors found above
+        x, rows, ok = _v_block(base, r0, Skv, cols, c_ok, stride_vn, stride_vd, BLOCK_R)
         out_rows = bh.to(tl.int64) * Skv + rows
         tl.store(V16 + out_rows[:, None] * HEAD_DIM_V + cols[None, :],
                  (x * up[None, :]).to(tl.float16), mask=ok)
@@ -552,8 +556,8 @@ _SINK_CODE = '''    if sinks.dim() != 1 or sinks.shape[0] != HQ:
 '''
 _NO_SINK_CODE = '''    s = q                                # unused pointer
 '''
-_PREP_CODE = '''    # fp16x1: k and v scaled to fp16 once (per key; per column over all keys), not in
-    # every query tile that reads them; the kernel reads the copies
+_PREP_CODE = '''    # fp16x1: k and v scaled to fp16 once (per key; per column over all keys), not
+    # in every query tile that reads them; the kernel reads the copies
     k16 = torch.empty((B, HKV, SKV, HEAD_DIM), dtype=torch.float16, device=k.device)
     ks = torch.empty((B, HKV, SKV), dtype=torch.float32, device=k.device)
     v16 = torch.empty((B, HKV, SKV, HEAD_DIM_V), dtype=torch.float16, device=v.device)
@@ -768,7 +772,8 @@ def attention_configs(head_dim: int, dtype: str, target: str = "cuda", *,
         # (with kv_append: every tile scaled in the kernel) one fp16 dot each on scaled
         # operands; the scales and the fp32 v tile beside its fp16 copy take registers: at
         # D = 128 (Llama-3-8B prefill, causal, sm_90 cross-compile, Triton 3.9) 128x64 w8 s2
-        # spilled 40 bytes (255 registers), 128x32 233-237 and 64x32 244 none; at D = 64 (gpt-oss, sinks and a window) fp16x3's tiles 212-254, none.
+        # spilled 40 bytes (255 registers), 128x32 233-237 and 64x32 244 none; at D = 64
+        # (gpt-oss, sinks and a window) fp16x3's tiles 212-254, none.
         # Not yet timed on a GPU
         return [c(128, 32, 8, 3), c(128, 32, 8, 2), c(64, 32, 4, 3), c(128, 64, 8, 2)]
     if dot_precision in FP16_SPLITS:
