@@ -228,16 +228,37 @@ def cmd_tune(args) -> int:
     def progress(m: str) -> None:        # seconds since the start: where a long tune goes
         print(f"  [{time.monotonic() - t0:7.1f}s] {m}", file=sys.stderr, flush=True)
 
+    def tune() -> dict:
+        return tune_package(args.package, rounds=args.rounds, provider=args.provider,
+                            repair=args.repair, cache=cache, progress=progress,
+                            retry_rejected=args.retry_rejected,
+                            regenerate=tuple(args.regenerate))
+
     with use_workers(args.workers, gpu_share=args.gpu_share):
-        results = tune_package(args.package, rounds=args.rounds, provider=args.provider,
-                               repair=args.repair, cache=cache, progress=progress,
-                               retry_rejected=args.retry_rejected,
-                               regenerate=tuple(args.regenerate))
-    if not results:
-        print(f"{args.package}: nothing to verify or tune for {package.target}")
-    for h, status in results.items():
-        print(f"region {h}: {status}")
-    return 0 if all(s == "verified" for s in results.values()) else 1
+        results = tune()
+        if not results:
+            print(f"{args.package}: nothing to verify or tune for {package.target}")
+        for h, status in results.items():
+            print(f"region {h}: {status}")
+        fit = None
+        if args.check:
+            from kforge.modelcheck import fit_model
+            progress("the whole model against eager PyTorch")
+            fit = fit_model(args.package, tune=lambda: results.update(tune()), say=progress,
+                            limit=args.check_limit)
+    if fit is not None:
+        last = fit.checks[-1]
+        print("\n".join(last.lines()[:1]))
+        if fit.raised:
+            print(f"raised to strict by the whole-model check: {', '.join(fit.raised)} "
+                  "(manifest strict_regions)")
+        if not fit.ok:
+            print(f"the whole model stays outside the {last.policy} policy"
+                  + (f": {fit.note}" if fit.note else "")
+                  + "; compile it under a stricter policy (--precision strict) for outputs "
+                  "within it")
+    ok = all(s == "verified" for s in results.values())
+    return 0 if ok and (fit is None or fit.ok) else 1
 
 
 def cmd_xcompile(args) -> int:
@@ -365,6 +386,15 @@ def register(subparsers) -> None:
                         "one, and keep it only where it verifies and is faster (repeatable); "
                         "KIND=SCHEME takes that precision scheme's first kernel instead, e.g. "
                         "attention=fp16x3")
+    p.add_argument("--check", action="store_true",
+                   help="then run the whole model against eager PyTorch (the package's model "
+                        "file and its inputs) under the package's policy: each region passes "
+                        "its own check, but a deep model adds their errors up; while it is "
+                        "outside, the region whose exact result lowers the error most is "
+                        "raised to strict and its strict kernel verified (kforge.modelcheck); "
+                        "exit status 1 if it stays outside")
+    p.add_argument("--check-limit", type=int, default=None, metavar="N",
+                   help="with --check, raise at most N regions")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     _workers_flags(p)

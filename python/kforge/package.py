@@ -31,7 +31,7 @@ from typing import Callable
 
 from kforge.cache import KernelCache, atomic_write_text
 from kforge.errors import UserError
-from kforge.selection import region_precision, selection_feeders
+from kforge.selection import raised_regions, region_precision, selection_feeders
 
 PACKAGE_SCHEMA = "kforge.package"
 MANIFEST_SCHEMA = "kforge.manifest"
@@ -283,9 +283,10 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     rows, tasks = {}, []
     cache_root, cache_mode = cache_location(cache)
     feeders = selection_feeders(package.plan)
+    escalated = raised_regions(manifest)
     region_opts, raised = {}, {}
     for h in hashes:
-        precision, why = region_precision(options.precision, feeders, h)
+        precision, why = region_precision(options.precision, feeders, h, escalated)
         region_opts[h] = replace(options, precision=precision)
         if why:
             raised[h] = why

@@ -25,7 +25,7 @@ from kforge import fastlaunch
 from kforge.errors import UserError
 from kforge.modelfile import load_model_file
 from kforge.package import Package, open_package
-from kforge.selection import meets, region_precision, selection_feeders
+from kforge.selection import meets, raised_regions, region_precision, selection_feeders
 from kforge.tune import pending_candidates, tune_package
 
 
@@ -95,13 +95,14 @@ def usable_kernels(package: Package, target: str) -> dict[str, dict]:
     (kforge.selection; a strict kernel meets bf16)."""
     out = {}
     feeders = selection_feeders(package.plan)
+    raised = raised_regions(package.manifest)
     for h, entry in package.manifest.get("kernels", {}).items():
         ver = entry.get("verification") or {}
         if entry.get("faster_than_pytorch") is False:
             continue          # a kernel-backed fallback slower than PyTorch's own op
         # a region that feeds a selection op needs a strict kernel (an older package's bf16
         # one runs its reference until `kforge tune` requalifies it)
-        needed, _ = region_precision(package.precision, feeders, h)
+        needed, _ = region_precision(package.precision, feeders, h, raised)
         if entry.get("target") == target and ver.get("status") == "verified" and \
                 meets(ver.get("precision", entry.get("precision")), needed):
             out[h] = entry
@@ -112,7 +113,7 @@ class CompiledModel:
     """A package bound to weights on a device; call it like the original module."""
 
     def __init__(self, package: Package, weights: dict[str, torch.Tensor], target: str,
-                 use_kernels: bool = True):
+                 use_kernels: bool = True, compile_references: bool | None = None):
         self.package = package
         self.target = target
         self.device = torch.device(default_device(target))
@@ -136,8 +137,10 @@ class CompiledModel:
         # unless KFORGE_COMPILE_REFERENCES=0.
         self.references: dict = {}
         self.aten_regions: set[str] = set()
-        self._prepare_references(compile_them=self.device.type == "cuda" and
-                                 os.environ.get("KFORGE_COMPILE_REFERENCES") != "0")
+        if compile_references is None:
+            compile_references = self.device.type == "cuda" and \
+                os.environ.get("KFORGE_COMPILE_REFERENCES") != "0"
+        self._prepare_references(compile_them=compile_references)
         from kforge.graphs import PlanGraphs, graphs_wanted
         self.graphs = PlanGraphs(self._run_plan, self.device) \
             if graphs_wanted(self.device) else None

@@ -14,6 +14,11 @@ chain of steps of the host plan) is compiled and verified under `strict`. A stri
 every policy (`meets`). Regions downstream of the last selection (a final norm, the LM head)
 keep the package's policy. Regions are deduplicated across layers: a region is upstream where
 any of its calls is.
+
+The whole-model check (kforge.modelcheck, `kforge tune --check`) raises regions the same way:
+each region passes its own check, yet their errors can add up through a deep model beyond the
+policy at its outputs; the regions it raises to strict are recorded in the manifest
+("strict_regions": hash -> why) and read by every caller of region_precision.
 """
 from __future__ import annotations
 
@@ -63,10 +68,19 @@ def selection_feeders(plan) -> dict[str, str]:
     return out
 
 
-def region_precision(policy: str, feeders: dict[str, str], h: str) -> tuple[str, str]:
-    """The policy region `h` is compiled under, and why (empty: the package's own)."""
+def raised_regions(manifest: dict) -> dict[str, str]:
+    """Region hash -> why the whole-model check raised it to strict (kforge.modelcheck)."""
+    return dict(manifest.get("strict_regions") or {})
+
+
+def region_precision(policy: str, feeders: dict[str, str], h: str,
+                     raised: dict[str, str] | None = None) -> tuple[str, str]:
+    """The policy region `h` is compiled under, and why (empty: the package's own); `raised`:
+    the regions the whole-model check raised (raised_regions)."""
     if policy != "strict" and h in feeders:
         return "strict", (f"its results reach {feeders[h]} (a discrete selection, such as an "
                           f"MoE router's): compiled strict so that {policy} rounding cannot "
                           "change what is selected")
+    if policy != "strict" and raised and h in raised:
+        return "strict", raised[h]
     return policy, ""

@@ -14,7 +14,7 @@ from kforge.verify.verifier import (VerificationOutOfMemory, VerificationRecord,
                                     is_out_of_memory)
 from kforge.package import (Package, launch_of, open_package, read_manifest, relink,
                             write_manifest)
-from kforge.selection import meets, region_precision, selection_feeders
+from kforge.selection import meets, raised_regions, region_precision, selection_feeders
 
 
 def pending_candidates(package: Package, target: str) -> list[str]:
@@ -59,11 +59,12 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     tasks, renewed = [], False
     backups: dict[str, dict] = {}
     feeders = selection_feeders(package.plan)
+    raised = raised_regions(manifest)
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
             continue
         status = (entry.get("verification") or {}).get("status")
-        precision, why = region_precision(package.precision, feeders, h)
+        precision, why = region_precision(package.precision, feeders, h, raised)
         held = entry.get("precision", package.precision)
         if held != precision and status == "verified" and meets(held, precision):
             # a kernel verified under a stricter policy than the region needs (a strict one

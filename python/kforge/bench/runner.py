@@ -224,30 +224,10 @@ def _rows_outside(out, ref, atol, rtol) -> tuple[int, int]:
     """(rows with an element outside the scaled rule, rows), a row being an output's last
     dimension (a token's logits): a mismatch confined to a few rows (an MoE router that picked
     other experts for a token at a near-tie) reads apart from one spread over all of them
-    (rounding). Rows are compared a block at a time on the output's device."""
-    import torch
-
-    bad = total = 0
-    for o, r in _pairs(out, ref):
-        if not o.is_floating_point() or o.dim() == 0:
-            continue
-        width = max(1, o.shape[-1])
-        o2, r2 = o.reshape(-1, width), r.reshape(-1, width)
-        scale = _rms_scale(r, o.device)
-        for (_, oc), (_, rc) in zip(_row_blocks(o2, o.device), _row_blocks(r2, o.device)):
-            far = ~((oc - rc).abs() <= atol * scale + rtol * rc.abs())
-            bad += int(far.any(dim=1).sum().item())
-        total += o2.shape[0]
-    return bad, total
-
-
-def _row_blocks(t, device, elements: int = 1 << 25):
-    """(first row, float64 block of rows on `device`) over a 2-D tensor."""
-    import torch
-
-    step = max(1, elements // max(1, t.shape[1]))
-    for start in range(0, t.shape[0], step):
-        yield start, t[start:start + step].to(device=device, dtype=torch.float64)
+    (rounding). kforge.modelcheck.margin, a block of rows at a time on the output's device."""
+    from kforge.modelcheck import margin
+    m = margin(out, ref, atol, rtol)
+    return m.rows_outside, m.rows
 
 
 def _outside_text(chk) -> str:

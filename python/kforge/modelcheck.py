@@ -1,0 +1,239 @@
+"""The whole-model check: a package's outputs against the eager PyTorch model, under the
+package's policy, and what to do when they are outside it (`kforge check`, `kforge tune
+--check`).
+
+Each region's kernel is verified on its own against the policy's tolerance. A deep model
+chains many of them, and their errors add up: on Llama-3-8B's bf16 prefill every region passed
+and the logits still ended outside 1e-2 on a few rows
+(benchmarks/results/2026-12-05g-h100-llama-prefill-attention/). This module measures that
+whole-model error on the model file's inputs, finds which regions carry it, and raises them to
+strict one at a time until the model is within the policy:
+
+* check_model: the package against its eager model on the same device, with the policy's rule
+  (atol x max(1, RMS(ref)) + rtol x |ref|), the worst element's error over its allowance and the
+  rows (an output's last dimension: a token's logits) outside it;
+* attribution: the same with one region at a time on its fp32 reference instead of its kernel,
+  which says how much of the error that region carries;
+* fit_model: greedy: the region whose exact result leaves the least error is raised to
+  strict (the manifest's "strict_regions", read by kforge.selection.region_precision), its
+  strict kernel verified by `kforge tune`, and the model checked again.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from kforge.errors import UserError
+
+
+@dataclass
+class Margin:
+    """How far outputs are from a reference under a policy's rule."""
+    worst: float                    # the worst element's error over its allowance (<= 1 passes)
+    rows_outside: int               # rows (last dimension) with an element outside
+    rows: int
+    max_abs: float
+
+    @property
+    def ok(self) -> bool:
+        return self.worst <= 1.0
+
+    def text(self) -> str:
+        return (f"worst element at {self.worst:.3g} of its allowance, max abs err "
+                f"{self.max_abs:.3g}, {self.rows_outside} of {self.rows} rows outside")
+
+
+def margin(out, ref, atol: float, rtol: float, elements: int = 1 << 25) -> Margin:
+    """`out` against `ref` (tensors or sequences of them) under |out - ref| <= atol x max(1,
+    RMS(ref)) + rtol x |ref|; a block of rows at a time in float64 on `out`'s device (a real
+    LLM's logits are GBs). A non-finite element counts as outside."""
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    refs = list(ref) if isinstance(ref, (list, tuple)) else [ref]
+    if len(outs) != len(refs):
+        raise UserError(f"the package returns {len(outs)} outputs, eager PyTorch {len(refs)}")
+    worst = max_abs = 0.0
+    bad = rows = 0
+    for o, r in zip(outs, refs):
+        if tuple(o.shape) != tuple(r.shape):
+            raise UserError(f"output shape {list(o.shape)} differs from eager's {list(r.shape)}")
+        if not o.is_floating_point() or o.dim() == 0 or not o.numel():
+            continue
+        dev = o.device
+        width = max(1, o.shape[-1])
+        o2, r2 = o.reshape(-1, width), r.reshape(-1, width)
+        step = max(1, elements // width)
+        sq = sum(r2[i:i + step].to(dev, torch.float64).pow(2).sum().item()
+                 for i in range(0, r2.shape[0], step))
+        scale = max(1.0, (sq / r2.numel()) ** 0.5)
+        for i in range(0, o2.shape[0], step):
+            oc = o2[i:i + step].to(dev, torch.float64)
+            rc = r2[i:i + step].to(dev, torch.float64)
+            d = (oc - rc).abs()
+            ratio = torch.nan_to_num(d / (atol * scale + rtol * rc.abs()), nan=float("inf"))
+            worst = max(worst, float(ratio.max()))
+            max_abs = max(max_abs, float(torch.nan_to_num(d, nan=float("inf")).max()))
+            bad += int((ratio > 1).any(dim=1).sum())
+        rows += o2.shape[0]
+    return Margin(worst, bad, rows, max_abs)
+
+
+@dataclass
+class ModelCheck:
+    """A package's whole-model check (check_model)."""
+    policy: str
+    margin: Margin
+    # region hash -> the margin with that region on its fp32 reference (attribution)
+    without: dict[str, Margin] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.margin.ok
+
+    def lines(self) -> list[str]:
+        out = [f"whole model against eager PyTorch ({self.policy}): "
+               f"{'within the policy' if self.ok else 'OUTSIDE the policy'}: "
+               f"{self.margin.text()} ({self.seconds:.1f} s)"]
+        if self.without:
+            out.append("  with one region on its fp32 reference instead of its kernel:")
+            for h, m in sorted(self.without.items(), key=lambda kv: kv[1].worst):
+                out.append(f"    {h} {self.kinds.get(h, ''):12s} worst {m.worst:.3g}, "
+                           f"{m.rows_outside} rows outside")
+        return out
+
+
+def bound_model(package, target: str):
+    """(eager module on the device, the package's weights bound to it, inputs on the device)
+    from the package's model file: the package's own weights where it has them, else the
+    module's (a package carried without weights)."""
+    from kforge.modelfile import load_model_file
+    from kforge.runtime import default_device, module_weights, package_weights
+    path = package.model_path()
+    if path is None:
+        raise UserError(f"{package.root}: the whole-model check needs the model source; the "
+                        "package has no model.py and its origin is gone")
+    module, inputs = load_model_file(path, with_model=True)
+    device = torch.device(default_device(target))
+    weights_file = package.weights_path()
+    if weights_file is not None and weights_file.is_file():
+        weights = package_weights(package)
+        missing, _ = module.load_state_dict(weights, strict=False)
+        if [m for m in missing if m in weights]:
+            raise UserError(f"{package.root}: its weights do not fit the model in {path}")
+    module = module.to(device)
+    return module, module_weights(module, package, device), [t.to(device) for t in inputs]
+
+
+def _outputs(x) -> list[torch.Tensor]:
+    return [x] if isinstance(x, torch.Tensor) else list(x)
+
+
+def check_model(pkg, *, target: str | None = None, attribute: bool = False,
+                say: Callable[[str], None] | None = None) -> ModelCheck:
+    """The package (its verified kernels, the rest on references) against its eager model on the
+    target's device, on the model file's inputs, under the package's policy; with `attribute`,
+    also once per kernel region not compiled strict, with that region on its fp32 reference."""
+    from kforge.package import open_package
+    from kforge.reference import run_host_plan
+    from kforge.runtime import CompiledModel, use_interpreter
+    from kforge.selection import meets
+    from kforge.verify import get_policy, target_available
+    say = say or (lambda m: None)
+    t0 = time.monotonic()
+    package = open_package(pkg)
+    target = target or package.target
+    if not target_available(target):
+        raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
+                        "device: check the model where the device is")
+    use_interpreter(target == "cpu")
+    policy = get_policy(package.precision)
+    module, weights, inputs = bound_model(package, target)
+    with torch.no_grad():
+        ref = _outputs(module(*inputs))
+    model = CompiledModel(package, weights, target)
+    out = model._run_plan(inputs)
+    check = ModelCheck(policy.name, margin(out, ref, policy.atol, policy.rtol))
+    del out
+    if attribute:
+        exact = CompiledModel(package, weights, target, use_kernels=False,
+                              compile_references=False)
+        entries = package.manifest.get("kernels", {})
+        for h in [h for h in package.region_hashes() if h in model.kernels]:
+            held = entries.get(h, {}).get("precision", package.precision)
+            if meets(held, "strict"):
+                continue                  # already as exact as a kernel gets
+            say(f"region {h}: the model again with it on its fp32 reference")
+            kernels = {k: v for k, v in model.kernels.items() if k != h}
+            refs = dict(model.references)
+            refs.pop(h, None)
+            if h in exact.references:
+                refs[h] = exact.references[h]
+            with torch.no_grad():
+                out = run_host_plan(package.plan, package.specs, inputs, weights,
+                                    kernels=kernels, references=refs)
+            check.without[h] = margin(out, ref, policy.atol, policy.rtol)
+            check.kinds[h] = getattr(package.specs[h], "root_kind", "")
+            del out
+    check.seconds = time.monotonic() - t0
+    return check
+
+
+@dataclass
+class Fit:
+    """fit_model's outcome: the checks in order and the regions it raised."""
+    checks: list[ModelCheck]
+    raised: list[str]
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and self.checks[-1].ok
+
+
+def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
+              say: Callable[[str], None] | None = None, limit: int | None = None) -> Fit:
+    """Check the whole model; while it is outside the package's policy, raise to strict the
+    region whose fp32 result leaves the least error (recorded in the manifest's
+    "strict_regions"), run `tune` (which verifies the region's strict kernel: tune_package's
+    requalification) and check again. Stops when the model is within the policy, when every
+    kernel region is strict, or after `limit` regions."""
+    from kforge.package import read_manifest, write_manifest
+    say = say or (lambda m: None)
+    fit = Fit([], [])
+    while True:
+        check = check_model(pkg, target=target, attribute=True, say=say)
+        fit.checks.append(check)
+        for line in check.lines():
+            say(line)
+        if check.ok:
+            return fit
+        if limit is not None and len(fit.raised) >= limit:
+            fit.note = f"stopped after raising {limit} regions"
+            return fit
+        # the region whose exact result leaves the least error; where none lowers it alone
+        # (two regions' errors that cancel each other in part: either one exact exposes the
+        # other's), still the best of them, since the model with all of them strict is exact
+        best = min(((h, m) for h, m in check.without.items() if h not in fit.raised),
+                   key=lambda kv: kv[1].worst, default=None)
+        if best is None:
+            fit.note = ("no kernel region left to raise: every one is strict already, so the "
+                        "error is not the kernels' (the references, or fallback ops)")
+            return fit
+        h, m = best
+        manifest = read_manifest(pkg)
+        manifest.setdefault("strict_regions", {})[h] = (
+            f"the whole-model check found the model outside the {check.policy} policy "
+            f"(worst element at {check.margin.worst:.3g} of its allowance; {m.worst:.3g} with "
+            "this region exact): compiled strict")
+        write_manifest(pkg, manifest)
+        fit.raised.append(h)
+        say(f"region {h}: raised to strict (worst {check.margin.worst:.3g} -> {m.worst:.3g} "
+            "with it exact); verifying its strict kernel")
+        tune()
+
+
+__all__ = ["Margin", "margin", "ModelCheck", "check_model", "Fit", "fit_model", "bound_model"]

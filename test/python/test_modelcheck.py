@@ -1,0 +1,137 @@
+"""The whole-model check (kforge.modelcheck, `kforge tune --check`): a bf16 package whose every
+region passes its own check while the model's output is outside the policy, the regions that
+carry the error found, raised to strict and verified until the model is within it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+from kforge.frontend.regions import compile_half_missing  # noqa: E402
+from kforge.modelcheck import margin  # noqa: E402
+
+# Two projections of the same input whose weights differ by 1e-3, subtracted: each product
+# (|values| ~ 100) is well inside bf16's tolerance on its own, and so is each region on the
+# verifier's random inputs, but the difference (~0.1) cancels all but the products' rounding
+# error (~0.04 under fp16x1 operands), beyond 1e-2 of the output
+CANCELLING = textwrap.dedent('''
+    import torch
+
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = torch.Generator().manual_seed(0)
+            w = torch.randn(64, 128, generator=g)
+            self.a = torch.nn.Linear(128, 64, bias=False)
+            self.b = torch.nn.Linear(128, 64, bias=False)
+            with torch.no_grad():
+                self.a.weight.copy_(w)
+                self.b.weight.copy_(w + 1e-3 * torch.randn(64, 128, generator=g))
+
+        def forward(self, x):
+            return self.a(x) - self.b(x)
+
+
+    def get_inputs():
+        return [10 * torch.randn(32, 128)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+
+def _kforge(*args, cache: Path, check=True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KFORGE_CACHE=str(cache),
+               PYTHONPATH=os.pathsep.join([str(REPO / "python"),
+                                           os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "kforge.cli", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=900)
+    if check:
+        assert proc.returncode == 0, f"{proc.stderr}\n{proc.stdout}"
+    return proc
+
+
+def test_margin_is_the_policy_rule_with_rows():
+    ref = torch.zeros(4, 8)
+    out = ref.clone()
+    out[1, 3] = 0.02                      # allowance 1e-2 x max(1, RMS = 0) + 0 = 0.01
+    out[2, 0] = 0.005
+    m = margin(out, ref, 1e-2, 1e-2)
+    assert m.worst == pytest.approx(2.0) and m.rows_outside == 1 and m.rows == 4
+    assert m.max_abs == pytest.approx(0.02) and not m.ok
+    # atol scales with the reference's RMS where it is above 1; rtol with each element
+    ref = torch.full((2, 4), 10.0)
+    m = margin(ref + 0.15, ref, 1e-2, 1e-2)       # 0.15 / (0.1 + 0.1)
+    assert m.worst == pytest.approx(0.75, rel=1e-5) and m.ok and m.rows_outside == 0
+    out = ref.clone()
+    out[0, 0] = float("nan")
+    assert margin(out, ref, 1e-2, 1e-2).rows_outside == 1
+    # the bench's row count is this rule's
+    from kforge.bench.runner import _rows_outside
+    assert _rows_outside(out, ref, 1e-2, 1e-2) == (1, 2)
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt):
+    model = tmp_path / "cancelling.py"
+    model.write_text(CANCELLING)
+    pkg, cache = tmp_path / "pkg", tmp_path / "cache"
+    _kforge("compile", model, "-o", pkg, "--target", "cpu", "--precision", "bf16",
+            "--rounds", "0", cache=cache)
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    kernels = manifest["kernels"]
+    assert kernels and all(e["verification"]["status"] == "verified" and
+                           e["precision"] == "bf16" for e in kernels.values()), kernels
+    # every region verified, and still the whole model is outside bf16's 1e-2
+    from kforge.modelcheck import check_model
+    check = check_model(pkg, attribute=True)
+    assert not check.ok and check.margin.worst > 1.5, check.lines()
+    # each region on its fp32 reference in turn: here either one alone leaves the other's
+    # error without the part that cancelled it (the two products round alike)
+    assert set(check.without) == set(kernels), check.lines()
+    assert all(m.worst > 1 for m in check.without.values()), check.lines()
+
+    tuned = _kforge("tune", pkg, "--check", cache=cache, check=False)
+    assert tuned.returncode == 0, f"{tuned.stderr}\n{tuned.stdout}"
+    assert "raised to strict by the whole-model check" in tuned.stdout, tuned.stdout
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    raised = manifest.get("strict_regions", {})
+    assert raised and all("whole-model check" in why for why in raised.values())
+    for h in raised:
+        entry = manifest["kernels"][h]
+        assert entry["precision"] == "strict" and \
+            entry["verification"]["status"] == "verified", entry
+    after = check_model(pkg)
+    assert after.ok, after.lines()
+    # the runtime runs the strict kernels (the package's other regions keep theirs)
+    from kforge.runtime import load_package
+    compiled = load_package(pkg)
+    assert set(raised) <= set(compiled.kernels)
+    # a package within the policy: --check raises nothing more
+    again = _kforge("tune", pkg, "--check", cache=cache)
+    assert "within the policy" in again.stdout and "raised to strict" not in again.stdout
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_check_needs_the_model_source(tmp_path, kforge_opt):
+    model = tmp_path / "cancelling.py"
+    model.write_text(CANCELLING)
+    pkg, cache = tmp_path / "pkg", tmp_path / "cache"
+    _kforge("compile", model, "-o", pkg, "--target", "cpu", "--precision", "bf16",
+            "--rounds", "0", cache=cache)
+    (pkg / "model.py").unlink()
+    model.unlink()
+    out = _kforge("tune", pkg, "--check", cache=cache, check=False)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "needs the model source" in out.stderr + out.stdout
