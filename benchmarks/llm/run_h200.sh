@@ -67,10 +67,12 @@ if has tune; then
   # TUNE_WORKERS=local:N: each package's regions over N processes (admitted by free memory,
   # timed runs alone on the GPU: kforge.workers.admission); RETRY_REJECTED=1: regions rejected
   # with a kernel this KForge now generates differently are verified again; REGENERATE=moe:
-  # verified kernels of that kind (or region hash) generated anew, kept only if faster
+  # verified kernels of that kind (or region hash) generated anew, kept only if faster; CHECK=1:
+  # each package's whole model against its eager model, regions raised to strict until it is
+  # within the policy (`kforge tune --check`)
   $PY -m kforge.bench.packages --tune --out "$PACKAGES" --jobs "${TUNE_JOBS:-6}" --gpus 1 \
     ${TUNE_WORKERS:+--workers "$TUNE_WORKERS"} ${RETRY_REJECTED:+--retry-rejected} \
-    ${REGENERATE:+--regenerate "$REGENERATE"} \
+    ${REGENERATE:+--regenerate "$REGENERATE"} ${CHECK:+--check} \
     --rounds "${ROUNDS:-0}" --timeout "${TUNE_TIMEOUT:-300}" \
     --deadline "$(( START + ${TUNE_DEADLINE_S:-330} ))" --precision "$POLICIES" $WORKLOADS \
     > "$OUT/tune.log" 2>&1

@@ -332,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                         "KForge generates it differently (`kforge tune --retry-rejected`)")
     p.add_argument("--regenerate", action="append", default=[], metavar="REGION|KIND[=SCHEME]",
                    help="with --tune: `kforge tune --regenerate` (repeatable)")
+    p.add_argument("--check", action="store_true",
+                   help="with --tune: `kforge tune --check`, each package's whole model against "
+                        "its eager model, regions raised to strict until it is within the policy")
     p.add_argument("--gpus", type=int, default=0,
                    help="with --tune: spread the jobs over this many GPUs (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--deadline", type=float, default=None, metavar="EPOCH",
@@ -356,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     policies = [x for x in args.precision.split(",") if x]
     if args.tune:
         tune_args = workers + (["--retry-rejected"] if args.retry_rejected else []) + \
-            [a for r in args.regenerate for a in ("--regenerate", r)]
+            [a for r in args.regenerate for a in ("--regenerate", r)] + \
+            (["--check"] if args.check else [])
         return 1 if tune_all(args.out, selected, policies, args.jobs, args.timeout, args.rounds,
                              args.gpus, args.deadline, tune_args) else 0
     args.out.mkdir(parents=True, exist_ok=True)
