@@ -62,6 +62,16 @@ def _kforge(*args, cache: Path, check=True) -> subprocess.CompletedProcess:
     return proc
 
 
+def _compiled(tmp_path: Path) -> tuple[Path, Path]:
+    """The cancelling model compiled for cpu under bf16: (package, cache)."""
+    model = tmp_path / "cancelling.py"
+    model.write_text(CANCELLING)
+    pkg, cache = tmp_path / "pkg", tmp_path / "cache"
+    _kforge("compile", model, "-o", pkg, "--target", "cpu", "--precision", "bf16",
+            "--rounds", "0", cache=cache)
+    return pkg, cache
+
+
 def test_margin_is_the_policy_rule_with_rows():
     ref = torch.zeros(4, 8)
     out = ref.clone()
@@ -84,11 +94,7 @@ def test_margin_is_the_policy_rule_with_rows():
 
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt):
-    model = tmp_path / "cancelling.py"
-    model.write_text(CANCELLING)
-    pkg, cache = tmp_path / "pkg", tmp_path / "cache"
-    _kforge("compile", model, "-o", pkg, "--target", "cpu", "--precision", "bf16",
-            "--rounds", "0", cache=cache)
+    pkg, cache = _compiled(tmp_path)
     manifest = json.loads((pkg / "manifest.json").read_text())
     kernels = manifest["kernels"]
     assert kernels and all(e["verification"]["status"] == "verified" and
@@ -125,13 +131,9 @@ def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt
 
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 def test_check_needs_the_model_source(tmp_path, kforge_opt):
-    model = tmp_path / "cancelling.py"
-    model.write_text(CANCELLING)
-    pkg, cache = tmp_path / "pkg", tmp_path / "cache"
-    _kforge("compile", model, "-o", pkg, "--target", "cpu", "--precision", "bf16",
-            "--rounds", "0", cache=cache)
+    pkg, cache = _compiled(tmp_path)
     (pkg / "model.py").unlink()
-    model.unlink()
+    (tmp_path / "cancelling.py").unlink()
     out = _kforge("tune", pkg, "--check", cache=cache, check=False)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "needs the model source" in out.stderr + out.stdout
