@@ -390,7 +390,7 @@ def register(subparsers) -> None:
                    help="then run the whole model against eager PyTorch (the package's model "
                         "file and its inputs) under the package's policy: each region passes "
                         "its own check, but a deep model adds their errors up; while it is "
-                        "outside, the region whose exact result lowers the error most is "
+                        "outside, the region whose exact result leaves the least error is "
                         "raised to strict and its strict kernel verified (kforge.modelcheck); "
                         "exit status 1 if it stays outside")
     p.add_argument("--check-limit", type=int, default=None, metavar="N",

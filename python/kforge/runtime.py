@@ -186,13 +186,14 @@ class CompiledModel:
         outs = self.run(inputs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def run(self, inputs, step_timer: Callable | None = None) -> tuple[torch.Tensor, ...]:
+    def run(self, inputs, step_timer: Callable | None = None,
+            graphs: bool = True) -> tuple[torch.Tensor, ...]:
         """The plan's outputs for `inputs` (moved to the device); `step_timer(step, run)`
         wraps each host-plan step (kforge.coverage.profile_plan). On a GPU the plan is
-        replayed as a CUDA graph (kforge.graphs) unless KFORGE_CUDA_GRAPHS=0 or a step cannot
-        be captured."""
+        replayed as a CUDA graph (kforge.graphs) unless KFORGE_CUDA_GRAPHS=0, `graphs` is
+        False (one call: a capture would not pay) or a step cannot be captured."""
         args = [t.to(self.device) for t in inputs]
-        if step_timer is None and self.graphs is not None:
+        if step_timer is None and graphs and self.graphs is not None:
             return self.graphs(args)
         return self._run_plan(args, step_timer)
 
