@@ -150,8 +150,9 @@ def test_a_mismatch_says_how_many_rows_it_is_confined_to(monkeypatch):
     out[0, 5] += 0.3                                       # another, all along
     assert runner._rows_outside(out, ref, 1e-4, 1e-4) == (2, 12)
     assert runner._rows_outside((ref,), (ref,), 1e-4, 1e-4) == (0, 12)
-    blocks = list(runner._row_blocks(ref.reshape(-1, 50), "cpu", elements=100))
-    assert [b[0] for b in blocks] == [0, 2, 4, 6, 8, 10]   # two rows a block
+    from kforge.modelcheck import margin                    # (the rule _rows_outside applies)
+    blocked = margin(out, ref, 1e-4, 1e-4, elements=100)   # two rows a block: the same count
+    assert (blocked.rows_outside, blocked.rows) == (2, 12)
     checks = [((torch.zeros(1),), ref), ((torch.ones(1),), ref)]
     fn = lambda x: out if float(x[0]) else ref             # noqa: E731 - the second check fails
     chk = runner.Runner._check(None, fn, checks, 1e-4, 1e-4)
