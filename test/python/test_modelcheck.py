@@ -108,6 +108,11 @@ def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt
     assert set(check.without) == set(kernels), check.lines()
     assert all(m.worst > 1 for m in check.without.values()), check.lines()
 
+    # `kforge run --check` says so by the same rule, and where to go from there
+    run = _kforge("run", pkg, "--check", cache=cache, check=False)
+    assert run.returncode == 1 and "MISMATCH" in run.stdout and "32 of 32 rows" in run.stdout
+    assert "--check` raises the regions" in run.stdout, run.stdout
+
     tuned = _kforge("tune", pkg, "--check", cache=cache, check=False)
     assert tuned.returncode == 0, f"{tuned.stderr}\n{tuned.stdout}"
     assert "raised to strict by the whole-model check" in tuned.stdout, tuned.stdout
@@ -124,6 +129,8 @@ def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt
     from kforge.runtime import load_package
     compiled = load_package(pkg)
     assert set(raised) <= set(compiled.kernels)
+    run = _kforge("run", pkg, "--check", cache=cache)
+    assert "OK" in run.stdout and "0 of 32 rows outside" in run.stdout, run.stdout
     # a package within the policy: --check raises nothing more
     again = _kforge("tune", pkg, "--check", cache=cache)
     assert "within the policy" in again.stdout and "raised to strict" not in again.stdout
