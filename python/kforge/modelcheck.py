@@ -1,6 +1,6 @@
 """The whole-model check: a package's outputs against the eager PyTorch model, under the
-package's policy, and what to do when they are outside it (`kforge check`, `kforge tune
---check`).
+package's policy, and what to do when they are outside it (`kforge tune --check`; `kforge run
+--check` and the bench's row count use its rule, margin).
 
 Each region's kernel is verified on its own against the policy's tolerance. A deep model
 chains many of them, and their errors add up: on Llama-3-8B's bf16 prefill every region passed
