@@ -120,10 +120,11 @@ def bound_model(package, target: str):
     device = torch.device(default_device(target))
     weights_file = package.weights_path()
     if weights_file is not None and weights_file.is_file():
-        weights = package_weights(package)
-        missing, _ = module.load_state_dict(weights, strict=False)
-        if [m for m in missing if m in weights]:
-            raise UserError(f"{package.root}: its weights do not fit the model in {path}")
+        try:                    # (names the module lacks: module_weights says which)
+            module.load_state_dict(package_weights(package), strict=False)
+        except RuntimeError as exc:                 # a tensor of another shape
+            raise UserError(f"{package.root}: its weights do not fit the model in {path}: "
+                            f"{str(exc).strip()[:300]}") from None
     module = module.to(device)
     return module, module_weights(module, package, device), [t.to(device) for t in inputs]
 
