@@ -111,7 +111,7 @@ def bound_model(package, target: str):
     from the package's model file: the package's own weights where it has them, else the
     module's (a package carried without weights)."""
     from kforge.modelfile import load_model_file
-    from kforge.runtime import default_device, module_weights, package_weights
+    from kforge.runtime import default_device, load_package_weights, module_weights
     path = package.model_path()
     if path is None:
         raise UserError(f"{package.root}: the whole-model check needs the model source; the "
@@ -120,11 +120,7 @@ def bound_model(package, target: str):
     device = torch.device(default_device(target))
     weights_file = package.weights_path()
     if weights_file is not None and weights_file.is_file():
-        try:                    # (names the module lacks: module_weights says which)
-            module.load_state_dict(package_weights(package), strict=False)
-        except RuntimeError as exc:                 # a tensor of another shape
-            raise UserError(f"{package.root}: its weights do not fit the model in {path}: "
-                            f"{str(exc).strip()[:300]}") from None
+        load_package_weights(module, package, path)
     module = module.to(device)
     return module, module_weights(module, package, device), [t.to(device) for t in inputs]
 

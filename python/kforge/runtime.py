@@ -370,6 +370,16 @@ def read_inputs(path: str | os.PathLike) -> list[torch.Tensor]:
     raise UserError(f"{path}: expected a tensor, a list/tuple or a dict of tensors")
 
 
+def load_package_weights(module: torch.nn.Module, package: Package, path) -> None:
+    """The package's weights into `module`, built from its model file at `path`; a tensor of
+    another shape is a clear error (names the module lacks: module_weights says which)."""
+    try:
+        module.load_state_dict(package_weights(package), strict=False)
+    except RuntimeError as exc:
+        raise UserError(f"{package.root}: its weights do not fit the model in {path}: "
+                        f"{str(exc).strip()[:300]}") from None
+
+
 def eager_outputs(package: Package, inputs: Sequence[torch.Tensor]):
     """The original model, in eager PyTorch, with the package's weights."""
     path = package.model_path()
@@ -377,11 +387,7 @@ def eager_outputs(package: Package, inputs: Sequence[torch.Tensor]):
         raise UserError(f"{package.root}: --check needs the model source; the package has no "
                         "model.py and its origin is gone")
     model, _ = load_model_file(path, with_model=True)
-    weights = package_weights(package)
-    missing, _unexpected = model.load_state_dict(weights, strict=False)
-    missing = [m for m in missing if m in weights]
-    if missing:
-        raise UserError(f"weights {missing[:3]} do not fit the model in {path}")
+    load_package_weights(model, package, path)
     with torch.no_grad():
         out = model(*inputs)
     return out

@@ -141,9 +141,10 @@ def test_check_needs_the_model_source_that_fits(tmp_path, kforge_opt):
     pkg, cache = _compiled(tmp_path)
     # a model file whose layers have other shapes than the package's weights
     (pkg / "model.py").write_text(CANCELLING.replace("64", "48"))
-    out = _kforge("tune", pkg, "--check", cache=cache, check=False)
-    assert out.returncode != 0 and "Traceback" not in out.stderr
-    assert "its weights do not fit the model" in out.stderr, out.stderr
+    for cmd in ("tune", "run"):                            # kforge run --check too
+        out = _kforge(cmd, pkg, "--check", cache=cache, check=False)
+        assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+        assert "its weights do not fit the model" in out.stderr, out.stderr
     (pkg / "model.py").unlink()
     (tmp_path / "cancelling.py").unlink()
     out = _kforge("tune", pkg, "--check", cache=cache, check=False)
