@@ -24,8 +24,9 @@ def time_package(pkg: str) -> str:
     with torch.no_grad():
         ms = triton.testing.do_bench(lambda: model.run(inputs), warmup=200, rep=1000)
     raised = package.manifest.get("strict_regions") or {}
+    finer = package.manifest.get("finer_schemes") or {}
     return (f"{pkg}: {ms:.3f} ms a call, {len(model.kernels)} kernel regions, "
-            f"{len(raised)} raised to strict")
+            f"{len(raised)} raised to strict, {len(finer)} taken to a finer scheme")
 
 
 for pkg in sys.argv[1:]:

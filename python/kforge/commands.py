@@ -252,6 +252,9 @@ def cmd_tune(args) -> int:
     if fit is not None:
         last = fit.checks[-1]
         print("\n".join(last.lines()[:1]))
+        for h, bits, finer in fit.tightened:
+            print(f"taken to a finer scheme by the whole-model check: {h} (more than {bits} "
+                  f"significant bits, the next is {finer}; manifest finer_schemes)")
         if fit.raised:
             print(f"raised to strict by the whole-model check: {', '.join(fit.raised)} "
                   "(manifest strict_regions)")
@@ -393,11 +396,12 @@ def register(subparsers) -> None:
                    help="then run the whole model against eager PyTorch (the package's model "
                         "file and its inputs) under the package's policy: each region passes "
                         "its own check, but a deep model adds their errors up; while it is "
-                        "outside, the region whose exact result leaves the least error is "
-                        "raised to strict and its strict kernel verified (kforge.modelcheck); "
-                        "exit status 1 if it stays outside")
+                        "outside, the region whose exact result leaves the least error goes "
+                        "one rung up (a finer precision scheme of the policy, e.g. a bf16 "
+                        "attention's fp16x1 -> fp16x3, else strict) and its new kernel is "
+                        "verified (kforge.modelcheck); exit status 1 if it stays outside")
     p.add_argument("--check-limit", type=int, default=None, metavar="N",
-                   help="with --check, raise at most N regions")
+                   help="with --check, take at most N such steps")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", default=None)
     _workers_flags(p)

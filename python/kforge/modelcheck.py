@@ -14,9 +14,12 @@ strict one at a time until the model is within the policy:
   rows (an output's last dimension: a token's logits) outside it;
 * attribution: the same with one region at a time on its fp32 reference instead of its kernel,
   which says how much of the error that region carries;
-* fit_model: greedy: the region whose exact result leaves the least error is raised to
-  strict (the manifest's "strict_regions", read by kforge.selection.region_precision), its
-  strict kernel verified by `kforge tune`, and the model checked again.
+* fit_model: greedy: the region whose exact result leaves the least error goes one rung up:
+  to the next finer precision scheme of its own policy where one short of fp32-grade exists
+  (a bf16 attention's fp16x1 -> fp16x3; the manifest's "finer_schemes", kforge.selection),
+  else to strict (the manifest's "strict_regions", read by
+  kforge.selection.region_precision); its new kernel is verified by `kforge tune`, and the
+  model checked again.
 """
 from __future__ import annotations
 
@@ -179,12 +182,44 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
     return check
 
 
+def next_rung(package, h: str) -> tuple[int, int] | None:
+    """(the bits of region `h`'s kernel's scheme, the next finer scheme's bits) where the
+    builtin's space for the region under its own policy has a finer scheme short of
+    fp32-grade (kforge.selection.scheme_bits); None where the next step is strict (another
+    provider's kernel, a strict one, no products, or nothing between)."""
+    from kforge.providers.builtin import config_space
+    from kforge.providers.builtin.emitter import CannotGenerate
+    from kforge.selection import FP32_GRADE, meets, scheme_bits
+    entry = package.manifest.get("kernels", {}).get(h) or {}
+    precision = entry.get("precision", package.precision)
+    if entry.get("provider") != "builtin" or meets(precision, "strict"):
+        return None
+    bits = scheme_bits((entry.get("launch") or {}).get("config"), precision)
+    if bits is None or h not in package.specs:
+        return None
+    try:
+        space = config_space(package.specs[h], package.target, precision)
+    except (CannotGenerate, ValueError):
+        return None
+    finer = sorted({b for b in (scheme_bits(c, precision) for c in space)
+                    if b is not None and b > bits})
+    if not finer or finer[0] >= FP32_GRADE:
+        return None
+    return bits, finer[0]
+
+
 @dataclass
 class Fit:
-    """fit_model's outcome: the checks in order and the regions it raised."""
+    """fit_model's outcome: the checks in order, the regions it raised to strict and those it
+    took to a finer scheme of their policy ((hash, from bits, to bits), in order)."""
     checks: list[ModelCheck]
     raised: list[str]
+    tightened: list[tuple[str, int, int]] = field(default_factory=list)
     note: str = ""
+
+    @property
+    def steps(self) -> int:
+        return len(self.raised) + len(self.tightened)
 
     @property
     def ok(self) -> bool:
@@ -193,12 +228,13 @@ class Fit:
 
 def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
               say: Callable[[str], None] | None = None, limit: int | None = None) -> Fit:
-    """Check the whole model; while it is outside the package's policy, raise to strict the
-    region whose fp32 result leaves the least error (recorded in the manifest's
-    "strict_regions"), run `tune` (which verifies the region's strict kernel: tune_package's
-    requalification) and check again. Stops when the model is within the policy, when every
-    kernel region is strict, or after `limit` regions."""
-    from kforge.package import read_manifest, write_manifest
+    """Check the whole model; while it is outside the package's policy, take the region whose
+    fp32 result leaves the least error one rung up (next_rung: a finer scheme of its policy,
+    recorded in the manifest's "finer_schemes"; else strict, in "strict_regions"), run `tune`
+    (which verifies its new kernel: tune_package's requalification) and check again. Stops
+    when the model is within the policy, when every kernel region is strict, or after `limit`
+    steps."""
+    from kforge.package import open_package, read_manifest, write_manifest
     say = say or (lambda m: None)
     fit = Fit([], [])
     while True:
@@ -208,8 +244,8 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
             say(line)
         if check.ok:
             return fit
-        if limit is not None and len(fit.raised) >= limit:
-            fit.note = f"stopped after raising {limit} regions"
+        if limit is not None and fit.steps >= limit:
+            fit.note = f"stopped after {limit} steps"
             return fit
         # the region whose exact result leaves the least error; where none lowers it alone
         # (two regions' errors that cancel each other in part: either one exact exposes the
@@ -221,16 +257,28 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
                         "error is not the kernels' (the references, or fallback ops)")
             return fit
         h, m = best
+        found = (f"the whole-model check found the model outside the {check.policy} policy "
+                 f"(worst element at {check.margin.worst:.3g} of its allowance; {m.worst:.3g} "
+                 "with this region exact)")
+        rung = next_rung(open_package(pkg), h)
         manifest = read_manifest(pkg)
-        manifest.setdefault("strict_regions", {})[h] = (
-            f"the whole-model check found the model outside the {check.policy} policy "
-            f"(worst element at {check.margin.worst:.3g} of its allowance; {m.worst:.3g} with "
-            "this region exact): compiled strict")
+        if rung is not None:
+            bits, finer = rung
+            manifest.setdefault("finer_schemes", {})[h] = {
+                "finer_than": bits,
+                "why": f"{found}: a scheme keeping more than {bits} significant bits"}
+            fit.tightened.append((h, bits, finer))
+            say(f"region {h}: taken from its {bits}-bit scheme to the next finer one of "
+                f"{check.policy} ({finer} bits; worst {check.margin.worst:.3g} -> "
+                f"{m.worst:.3g} with it exact); verifying its kernel")
+        else:
+            manifest.setdefault("strict_regions", {})[h] = f"{found}: compiled strict"
+            fit.raised.append(h)
+            say(f"region {h}: raised to strict (worst {check.margin.worst:.3g} -> "
+                f"{m.worst:.3g} with it exact); verifying its strict kernel")
         write_manifest(pkg, manifest)
-        fit.raised.append(h)
-        say(f"region {h}: raised to strict (worst {check.margin.worst:.3g} -> {m.worst:.3g} "
-            "with it exact); verifying its strict kernel")
         tune()
 
 
-__all__ = ["Margin", "margin", "ModelCheck", "check_model", "Fit", "fit_model", "bound_model"]
+__all__ = ["Margin", "margin", "ModelCheck", "check_model", "Fit", "fit_model", "bound_model",
+           "next_rung"]

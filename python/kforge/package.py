@@ -31,7 +31,8 @@ from typing import Callable
 
 from kforge.cache import KernelCache, atomic_write_text
 from kforge.errors import UserError
-from kforge.selection import raised_regions, region_precision, selection_feeders
+from kforge.selection import (above_floor, raised_regions, region_precision, scheme_floors,
+                              selection_feeders)
 
 PACKAGE_SCHEMA = "kforge.package"
 MANIFEST_SCHEMA = "kforge.manifest"
@@ -116,6 +117,9 @@ def reusable_entry(pkg: Path, entry: dict | None, options) -> bool:
         return False
     if entry.get("requested_provider", entry.get("provider")) != options.provider:
         return False
+    if not above_floor((entry.get("launch") or {}).get("config"), options.precision,
+                       getattr(options, "finer_than", 0)):
+        return False            # a scheme the whole-model check has taken the region above
     status = entry.get("verification", {}).get("status")
     if status not in ("verified", "candidate"):
         return False
@@ -283,11 +287,12 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
     rows, tasks = {}, []
     cache_root, cache_mode = cache_location(cache)
     feeders = selection_feeders(package.plan)
-    escalated = raised_regions(manifest)
+    escalated, floors = raised_regions(manifest), scheme_floors(manifest)
     region_opts, raised = {}, {}
     for h in hashes:
         precision, why = region_precision(options.precision, feeders, h, escalated)
-        region_opts[h] = replace(options, precision=precision)
+        region_opts[h] = replace(options, precision=precision,
+                                 finer_than=floors.get(h, 0) if precision != "strict" else 0)
         if why:
             raised[h] = why
     for h in hashes:

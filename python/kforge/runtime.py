@@ -25,7 +25,8 @@ from kforge import fastlaunch
 from kforge.errors import UserError
 from kforge.modelfile import load_model_file
 from kforge.package import Package, open_package
-from kforge.selection import meets, raised_regions, region_precision, selection_feeders
+from kforge.selection import (above_floor, meets, raised_regions, region_precision,
+                              scheme_floors, selection_feeders)
 from kforge.tune import pending_candidates, tune_package
 
 
@@ -92,10 +93,11 @@ def default_device(target: str) -> str:
 def usable_kernels(package: Package, target: str) -> dict[str, dict]:
     """Manifest entries that may run here: verified, for this target, under a policy that
     meets what the region needs: the package's, or strict where it feeds a selection op
-    (kforge.selection; a strict kernel meets bf16)."""
+    (kforge.selection; a strict kernel meets bf16), and of a scheme above the region's floor
+    where the whole-model check set one (the manifest's "finer_schemes")."""
     out = {}
     feeders = selection_feeders(package.plan)
-    raised = raised_regions(package.manifest)
+    raised, floors = raised_regions(package.manifest), scheme_floors(package.manifest)
     for h, entry in package.manifest.get("kernels", {}).items():
         ver = entry.get("verification") or {}
         if entry.get("faster_than_pytorch") is False:
@@ -103,8 +105,12 @@ def usable_kernels(package: Package, target: str) -> dict[str, dict]:
         # a region that feeds a selection op needs a strict kernel (an older package's bf16
         # one runs its reference until `kforge tune` requalifies it)
         needed, _ = region_precision(package.precision, feeders, h, raised)
+        held = ver.get("precision", entry.get("precision"))
         if entry.get("target") == target and ver.get("status") == "verified" and \
-                meets(ver.get("precision", entry.get("precision")), needed):
+                meets(held, needed) and (meets(held, "strict") or above_floor(
+                    (entry.get("launch") or {}).get("config"), held, floors.get(h, 0))):
+            # (a region whose floor the whole-model check raised runs its reference until
+            # `kforge tune` verifies a kernel above it)
             out[h] = entry
     return out
 

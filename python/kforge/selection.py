@@ -19,6 +19,14 @@ The whole-model check (kforge.modelcheck, `kforge tune --check`) raises regions 
 each region passes its own check, yet their errors can add up through a deep model beyond the
 policy at its outputs; the regions it raises to strict are recorded in the manifest
 ("strict_regions": hash -> why) and read by every caller of region_precision.
+
+Before strict, the check may take a region one rung up its own policy's ladder of precision
+schemes: a bf16 attention on fp16x1 products (11 significant bits in q, k, v) to fp16x3 scores
+(fp32-grade q@k^T, the fp16 p@v), which costs about twice fp16x1 where strict's 3xTF32 costs
+five times (benchmarks/results/2026-12-05i-h200-llama-prefill-check/). The manifest's
+"finer_schemes" (hash -> {"finer_than": bits, "why": ...}) holds such a floor: the region keeps
+its policy and tolerance, and only kernels whose scheme keeps more than `bits` significant bits
+in its products' operands (scheme_bits) are generated, reused or run for it.
 """
 from __future__ import annotations
 
@@ -71,6 +79,53 @@ def selection_feeders(plan) -> dict[str, str]:
 def raised_regions(manifest: dict) -> dict[str, str]:
     """Region hash -> why the whole-model check raised it to strict (kforge.modelcheck)."""
     return dict(manifest.get("strict_regions") or {})
+
+
+# significant bits a precision scheme keeps in its products' operands (the builtin's
+# configuration keys: a GEMM's `input_precision`, attention's and MoE's `dot_precision` and
+# `fp32_dot`); a scheme of 22 bits or more is fp32-grade, as strict's kernels are
+SCHEME_BITS = {"bf16": 8, "fp16x1": 11, "tf32": 11, "fp16x3": 22, "tf32x3": 22, "3xtf32": 22,
+               "ieee": 24}
+# what a configuration without a scheme key takes under each policy (tl.dot's default for the
+# policy: bf16 operands, TF32, exact fp32; kforge.targets.Target.dot_input_precisions)
+NATIVE_BITS = {"bf16": 8, "tf32": 11, "strict": 24}
+FP32_GRADE = 22
+# attention's fp16x3: q@k^T from three fp16 products of hi/lo splits (fp32-grade scores, which
+# the softmax amplifies), p@v one fp16 product: between fp16x1 and fp32-grade
+ATTENTION_FP16X3_BITS = 16
+
+
+def scheme_bits(config: dict | None, policy: str) -> int | None:
+    """The significant bits the scheme of a builtin configuration keeps in its products'
+    operands under `policy`; None where the configuration says nothing (another provider's
+    kernel, whose products are its own)."""
+    if config is None:
+        return None
+    if "dot_precision" in config:
+        dot = config["dot_precision"]
+        if dot == "ieee":
+            return SCHEME_BITS.get(config.get("fp32_dot") or "tf32x3")
+        if dot == "fp16x3":
+            return ATTENTION_FP16X3_BITS
+        return SCHEME_BITS.get(dot)
+    if config.get("input_precision") is not None:
+        return SCHEME_BITS.get(config["input_precision"])
+    return NATIVE_BITS.get(policy)
+
+
+def scheme_floors(manifest: dict) -> dict[str, int]:
+    """Region hash -> the bits its kernel's scheme must keep more than (the manifest's
+    "finer_schemes", set by kforge.modelcheck)."""
+    return {h: int(v.get("finer_than", 0))
+            for h, v in (manifest.get("finer_schemes") or {}).items()}
+
+
+def above_floor(config: dict | None, policy: str, floor: int) -> bool:
+    """Whether a kernel of `config` may serve a region whose floor is `floor` (0: none)."""
+    if not floor:
+        return True
+    bits = scheme_bits(config, policy)
+    return bits is not None and bits > floor
 
 
 def region_precision(policy: str, feeders: dict[str, str], h: str,

@@ -63,6 +63,10 @@ class SynthOptions:
     # Proton), ncu, proton or none (kforge.profiling.collect); None: auto for the LLM providers,
     # none for the builtin (ncu costs seconds a kernel; its measured search is cheaper)
     profile_counters: str | None = None
+    # only precision schemes that keep more than this many significant bits in their products'
+    # operands (kforge.selection.scheme_bits; 0: any of the policy's): a floor the whole-model
+    # check set for the region (the manifest's "finer_schemes")
+    finer_than: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,7 @@ class _RegionLoop:
                       reference_source=self.reference_source, precision=self.opt.precision,
                       target=self._target_object(), phase=phase, round=round_, best=self.best,
                       feedback=feedback, num_candidates=self.opt.num_candidates,
-                      tried=tuple(self.tried_ids))
+                      tried=tuple(self.tried_ids), finer_than=self.opt.finer_than)
         names = {f.name for f in dataclasses.fields(GenerationRequest)}
         if "tools" in names:
             kwargs["tools"] = _LoopTools(self)
@@ -469,6 +473,8 @@ def cache_key(spec, options: SynthOptions, provider_name: str | None = None) -> 
     config = {k: v for k, v in sorted(options.provider_options.items())
               if not any(s in k.lower() for s in ("key", "token", "secret", "password"))
               and isinstance(v, (str, int, float, bool, type(None)))}
+    if options.finer_than:      # a floor on the schemes: another kernel than the policy's own
+        config["finer_than"] = options.finer_than
     return CacheKey(region=spec.hash, target=target_name(options.target),
                     precision=options.precision, provider=provider_name or options.provider,
                     provider_config=config)

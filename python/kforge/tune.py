@@ -14,7 +14,8 @@ from kforge.verify.verifier import (VerificationOutOfMemory, VerificationRecord,
                                     is_out_of_memory)
 from kforge.package import (Package, launch_of, open_package, read_manifest, relink,
                             write_manifest)
-from kforge.selection import meets, raised_regions, region_precision, selection_feeders
+from kforge.selection import (above_floor, meets, raised_regions, region_precision,
+                              scheme_floors, selection_feeders)
 
 
 def pending_candidates(package: Package, target: str) -> list[str]:
@@ -59,31 +60,42 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
     tasks, renewed = [], False
     backups: dict[str, dict] = {}
     feeders = selection_feeders(package.plan)
-    raised = raised_regions(manifest)
+    raised, floors = raised_regions(manifest), scheme_floors(manifest)
     for h, entry in list(manifest["kernels"].items()):
         if entry.get("target") != target or h not in package.specs:
             continue
         status = (entry.get("verification") or {}).get("status")
         precision, why = region_precision(package.precision, feeders, h, raised)
+        floor = floors.get(h, 0) if precision != "strict" else 0
         held = entry.get("precision", package.precision)
         if held != precision and status == "verified" and meets(held, precision):
             # a kernel verified under a stricter policy than the region needs (a strict one
             # copied into a bf16 package): the policy's own kernel is tried beside it, and
             # replaces it only where it verifies and is faster
-            fresh = upgraded(package, h, entry, precision, say)
+            fresh = upgraded(package, h, entry, precision, say, finer_than=floor)
             if fresh is not None:
                 backups[h] = entry
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
         elif held != precision:
             # a package built before kforge.selection: this region feeds a selection op
-            fresh = requalified(package, h, entry, precision, why, say)
+            fresh = requalified(package, h, entry, precision, why, say, finer_than=floor)
+            if fresh is not None:
+                manifest["kernels"][h] = entry = fresh
+                status, renewed = "candidate", True
+        elif not above_floor((entry.get("launch") or {}).get("config"), precision, floor):
+            # the whole-model check took the region above its kernel's scheme: the first
+            # builtin kernel above it replaces that one (repaired within the floor if rejected)
+            fresh = requalified(package, h, entry, precision,
+                                f"the whole-model check asks for a scheme finer than {floor} "
+                                "bits", say, finer_than=floor)
             if fresh is not None:
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
         wanted = _regenerate_request(regenerate, h, getattr(package.specs[h], "root_kind", ""))
         if wanted and status == "verified" and h not in backups:
-            fresh = upgraded(package, h, entry, precision, say, scheme=wanted[1])
+            fresh = upgraded(package, h, entry, precision, say, scheme=wanted[1],
+                             finer_than=floor)
             if fresh is not None:
                 backups[h] = entry
                 manifest["kernels"][h] = entry = fresh
@@ -102,9 +114,11 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             continue
         opts = SynthOptions(target=target, precision=entry.get("precision", precision),
                             provider=provider or entry.get("provider", "builtin"),
-                            rounds=rounds, dynamic_sizes=sizes)
+                            rounds=rounds, dynamic_sizes=sizes,
+                            finer_than=floor if entry.get("precision", precision) == precision
+                            else 0)
         job = TuneJob(entry, (package.root / entry["source"]).read_text(), rounds, provider,
-                      repair, sizes)
+                      repair, sizes, opts.finer_than)
         tasks.append(RegionTask("tune", h, package.specs[h], opts, cache_root=cache_root,
                                 cache_mode=cache_mode, tune=job,
                                 log_dir=None if executor.remote() else
@@ -195,10 +209,11 @@ def scheme_of(config: dict) -> set[str]:
             if config.get(k) is not None}
 
 
-def _first_builtin(package: Package, h: str, precision: str, scheme: str | None = None):
+def _first_builtin(package: Package, h: str, precision: str, scheme: str | None = None,
+                   finer_than: int = 0):
     """The first kernel of the builtin's space for region `h` under `precision` (a Candidate;
-    with `scheme`, the first of that precision scheme), or None where the builtin cannot
-    generate one."""
+    with `scheme`, the first of that precision scheme; with `finer_than`, the first above that
+    floor), or None where the builtin cannot generate one."""
     from kforge.providers.builtin import candidates, config_space
     from kforge.providers.builtin.emitter import CannotGenerate
     spec = package.specs[h]
@@ -206,6 +221,7 @@ def _first_builtin(package: Package, h: str, precision: str, scheme: str | None 
         space = config_space(spec, package.target, precision)
         if scheme:
             space = [c for c in space if scheme in scheme_of(c)]
+        space = [c for c in space if above_floor(c, precision, finer_than)]
         fresh = candidates(spec, package.target, precision, space[:1]) if space else []
     except CannotGenerate:
         return None
@@ -213,7 +229,8 @@ def _first_builtin(package: Package, h: str, precision: str, scheme: str | None 
 
 
 def upgraded(package: Package, h: str, entry: dict, precision: str,
-             say: Callable[[str], None], scheme: str | None = None) -> dict | None:
+             say: Callable[[str], None], scheme: str | None = None,
+             finer_than: int = 0) -> dict | None:
     """A verified builtin entry as a candidate with the first kernel of this KForge's space for
     the region (`tune_package(regenerate=...)`; with `scheme`, the first of that precision
     scheme), the old source kept as kernel.previous.py; None where that kernel is the one the
@@ -221,7 +238,7 @@ def upgraded(package: Package, h: str, entry: dict, precision: str,
     from kforge.cache import atomic_write_text
     if entry.get("provider") != "builtin":
         return None
-    cand = _first_builtin(package, h, precision, scheme)
+    cand = _first_builtin(package, h, precision, scheme, finer_than)
     path = package.root / entry["source"]
     old = path.read_text() if path.is_file() else ""
     if cand is None and scheme:
@@ -268,14 +285,14 @@ def kept_previous(package: Package, h: str, old: dict, outcome,
 
 
 def requalified(package: Package, h: str, entry: dict, precision: str, why: str,
-                say: Callable[[str], None]) -> dict | None:
+                say: Callable[[str], None], finer_than: int = 0) -> dict | None:
     """A builtin entry compiled under another policy than the region needs now (`why`:
     kforge.selection), as a candidate under `precision`: the first kernel of the builtin's space
     for it, written into the package; None for another provider's kernel or a region the
     builtin cannot generate."""
     if entry.get("provider") != "builtin":
         return None
-    cand = _first_builtin(package, h, precision)
+    cand = _first_builtin(package, h, precision, finer_than=finer_than)
     if cand is None:
         say(f"region {h}: {why}; the builtin generates no {precision} kernel for it")
         return None
@@ -302,10 +319,12 @@ def _as_candidate(package: Package, entry: dict, source: str, why: dict, **field
 def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
                rounds: int = 0, provider: str | None = None, cache=None, repair: int = 2,
                dynamic_sizes: tuple = (), log_dir=None,
-               say: Callable[[str], None] | None = None) -> tuple[dict | None, str | None]:
+               say: Callable[[str], None] | None = None,
+               finer_than: int = 0) -> tuple[dict | None, str | None]:
     """`kforge tune` for one manifest entry, on this machine's device (a worker's). Returns the
     entry to record (None: nothing to do for it) and, when the kernel changed, its new source
-    (the entry's "source" file, for the caller to write)."""
+    (the entry's "source" file, for the caller to write). `finer_than`: the region's floor on
+    precision schemes (kforge.selection), which the tuning and repair rounds keep to."""
     import copy
 
     from kforge.kernel_fallbacks import compare_with_pytorch
@@ -327,7 +346,7 @@ def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
         say(f"tuning region {h}")
         opts = SynthOptions(target=target, precision=precision,
                             provider=provider or entry.get("provider", "builtin"),
-                            rounds=rounds, dynamic_sizes=sizes)
+                            rounds=rounds, dynamic_sizes=sizes, finer_than=finer_than)
         res = synthesize_region(spec, opts, cache=cache, incumbent=cand, log_dir=log_dir)
         if res.candidate is not None and res.status == "verified":
             new = entry_fields(res, opts)
@@ -368,7 +387,8 @@ def tune_entry(spec, entry: dict, source: str, *, target: str, precision: str,
             # generates the next ones in the builtin's order, verify only
             say(f"region {h}: {rec.reason}; repairing ({repair} rounds)")
             opts = SynthOptions(target=target, precision=precision, provider="builtin",
-                                rounds=0, functional_rounds=repair, dynamic_sizes=sizes)
+                                rounds=0, functional_rounds=repair, dynamic_sizes=sizes,
+                                finer_than=finer_than)
             res = synthesize_region(spec, opts, cache=cache, incumbent=cand,
                                     incumbent_record=rec, log_dir=log_dir)
             if res.candidate is not None and res.status == "verified":

@@ -51,6 +51,34 @@ CANCELLING = textwrap.dedent('''
 ''')
 
 
+# Two attentions over the same queries and values whose keys differ by 1e-3, subtracted: the
+# scores' rounding is what is left. Under fp16x1 (q, k rounded to 11 significant bits, |q|, |k|
+# ~ 4) it is about 3.5x the bf16 allowance of the difference; fp16x3's fp32-grade scores leave
+# about 0.1 (CPU emulation and the interpreter agree). Each attention alone passes bf16's check.
+SCORES = textwrap.dedent('''
+    import torch
+    import torch.nn.functional as F
+
+
+    class Model(torch.nn.Module):
+        def forward(self, q, k, v, dk):
+            return (F.scaled_dot_product_attention(q, k, v)
+                    - F.scaled_dot_product_attention(q, k + dk, v))
+
+
+    def get_inputs():
+        g = torch.Generator().manual_seed(0)
+        q = 4 * torch.randn(1, 2, 32, 16, generator=g)
+        k = 4 * torch.randn(1, 2, 32, 16, generator=g)
+        v = 3 * torch.randn(1, 2, 32, 16, generator=g)
+        return [q, k, v, 1e-3 * torch.randn(1, 2, 32, 16, generator=g)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+
 def _kforge(*args, cache: Path, check=True) -> subprocess.CompletedProcess:
     env = dict(os.environ, KFORGE_CACHE=str(cache),
                PYTHONPATH=os.pathsep.join([str(REPO / "python"),
@@ -62,10 +90,10 @@ def _kforge(*args, cache: Path, check=True) -> subprocess.CompletedProcess:
     return proc
 
 
-def _compiled(tmp_path: Path) -> tuple[Path, Path]:
-    """The cancelling model compiled for cpu under bf16: (package, cache)."""
+def _compiled(tmp_path: Path, source: str = CANCELLING) -> tuple[Path, Path]:
+    """A model (default: the cancelling one) compiled for cpu under bf16: (package, cache)."""
     model = tmp_path / "cancelling.py"
-    model.write_text(CANCELLING)
+    model.write_text(source)
     pkg, cache = tmp_path / "pkg", tmp_path / "cache"
     _kforge("compile", model, "-o", pkg, "--target", "cpu", "--precision", "bf16",
             "--rounds", "0", cache=cache)
@@ -150,3 +178,54 @@ def test_check_needs_the_model_source_that_fits(tmp_path, kforge_opt):
     out = _kforge("tune", pkg, "--check", cache=cache, check=False)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "needs the model source" in out.stderr + out.stdout
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_tune_check_takes_attention_to_a_finer_scheme_before_strict(tmp_path, kforge_opt):
+    from kforge.modelcheck import check_model, next_rung
+    from kforge.package import open_package, read_manifest, write_manifest
+    from kforge.runtime import usable_kernels
+    from kforge.selection import scheme_bits
+    pkg, cache = _compiled(tmp_path, SCORES)
+    kernels = read_manifest(pkg)["kernels"]
+    (att,) = [h for h, e in kernels.items() if "dot_precision" in e["launch"]["config"]]
+    config = kernels[att]["launch"]["config"]
+    # the builtin's bf16 attention took fp16x1 here (its bf16-operand candidate missed the
+    # region's own check); the ladder starts from it
+    assert config["dot_precision"] == "fp16x1" and scheme_bits(config, "bf16") == 11, config
+    assert next_rung(open_package(pkg), att) == (11, 16)
+    check = check_model(pkg, attribute=True)
+    assert not check.ok and check.margin.worst > 2, check.lines()
+    assert check.without[att].worst < 0.01, check.lines()
+
+    # a floor on a copy of the package: its fp16x1 kernel no longer runs (the reference does),
+    # and a compile into it generates a kernel above the floor instead of reusing that one
+    import shutil
+    floored = tmp_path / "floored"
+    shutil.copytree(pkg, floored)
+    manifest = read_manifest(floored)
+    manifest["finer_schemes"] = {att: {"finer_than": 11, "why": "test"}}
+    write_manifest(floored, manifest)
+    assert att not in usable_kernels(open_package(floored), "cpu")
+    _kforge("compile", tmp_path / "cancelling.py", "-o", floored, "--target", "cpu",
+            "--precision", "bf16", "--rounds", "0", cache=cache)
+    entry = read_manifest(floored)["kernels"][att]
+    assert entry["verification"]["status"] == "verified", entry
+    assert scheme_bits(entry["launch"]["config"], "bf16") > 11, entry["launch"]
+
+    tuned = _kforge("tune", pkg, "--check", cache=cache, check=False)
+    assert tuned.returncode == 0, f"{tuned.stderr}\n{tuned.stdout}"
+    assert f"taken to a finer scheme by the whole-model check: {att}" in tuned.stdout, tuned.stdout
+    assert "raised to strict" not in tuned.stdout, tuned.stdout
+    manifest = read_manifest(pkg)
+    assert not manifest.get("strict_regions"), manifest.get("strict_regions")
+    assert manifest["finer_schemes"][att]["finer_than"] == 11
+    entry = manifest["kernels"][att]
+    # the same policy, a finer scheme: fp16x3 scores, short of strict's 3xTF32
+    assert entry["precision"] == "bf16" and entry["verification"]["status"] == "verified"
+    assert entry["launch"]["config"]["dot_precision"] == "fp16x3", entry["launch"]
+    assert att in usable_kernels(open_package(pkg), "cpu")
+    after = check_model(pkg)
+    assert after.ok, after.lines()
+    # from fp16x3 the next step is strict (3xTF32 on both products is fp32-grade)
+    assert next_rung(open_package(pkg), att) is None

@@ -40,6 +40,10 @@ class GenerationRequest:
     cross_target_reference: "Candidate | None" = None  # verified kernel for another target
     num_candidates: int = 1
     tried: tuple[str, ...] = ()          # ids of every candidate the loop has tried for the region
+    # only precision schemes keeping more than this many significant bits in their products'
+    # operands (kforge.selection.scheme_bits; 0: any): the builtin honours it; an LLM provider's
+    # kernel is not bound by it, and a region with a floor runs only builtin kernels above it
+    finer_than: int = 0
 
 
 @dataclass(frozen=True)

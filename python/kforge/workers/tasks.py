@@ -98,7 +98,8 @@ def _tune(task: RegionTask, cache, log_dir: Path, emit) -> TaskOutcome:
             task.spec, job.entry, job.source, target=task.options.target,
             precision=task.options.precision, rounds=job.rounds, provider=job.provider,
             cache=cache, repair=job.repair, dynamic_sizes=job.dynamic_sizes, log_dir=log_dir,
-            say=lambda msg: emit(Event("note", task.hash, msg)))
+            say=lambda msg: emit(Event("note", task.hash, msg)),
+            finer_than=getattr(job, "finer_than", 0))
     except OracleError as exc:
         # the region's reference failed (or the device ran out of memory outside the plain
         # verification): not the kernel's fault; the region keeps its entry, the others go on

@@ -20,6 +20,7 @@ from kforge.providers.builtin.analysis import (FUSED, NARROW, SPLIT, RegionShape
 from kforge.providers.builtin.kernels import generate_source
 from kforge.providers.builtin.schemes import (FP16X3, gemm_input_precisions, stage_configs,
                                               tma_configs)
+from kforge.selection import above_floor
 from kforge.targets import get_target
 
 __all__ = ["BuiltinProvider", "CannotGenerate", "analyze_region", "region_shape",
@@ -275,7 +276,8 @@ class BuiltinProvider(Provider):
             if idx is None:
                 continue
             cid = candidate_id_prefix(spec.hash, request.precision, target.name) + str(idx)
-            if cid in tried:
+            if cid in tried or not above_floor(config, request.precision,
+                                               getattr(request, "finer_than", 0)):
                 continue
             eligible.append(config)
         if _screen_here(target):
