@@ -10,6 +10,12 @@ nn.Linear product (and of the MoE experts' products, gpt-oss) rounded first. Sch
     f64      the product in float64, rounded back: more accurate than fp32
     none     as fp32
 
+and for attention (the `attn` part: torch's scaled_dot_product_attention, which the zoo's
+models call), the attention kernel's schemes: bf16 (q, k, v and p rounded to bf16), fp16x1
+(q per row and k per key over the head dim, v per column over the keys, scaled by powers of
+two and rounded to fp16; p in fp16), fp16x3 (exact scores; v and p as fp16x1 rounds them),
+none (fp32).
+
 The report is the bf16 policy's check of `kforge bench`: |out - ref| against
 1e-2 x max(1, RMS(ref)) + 1e-2 x |ref|, its worst ratio and the rows (sequences, tokens) over
 it; for gpt-oss also, per router, the tokens that chose other experts than the fp32 run and the
@@ -21,10 +27,12 @@ the router's logits).
         --modes fp16x1,linear=fp16x1:head=none,linear=none:head=fp16x1
     python benchmarks/llm/emulate_rounding.py gpt_oss_20b --layers 2 --vocab 32000 \\
         --modes linear=fp16x1:moe=bf16,linear=f64:moe=f64:router=f64
+    python benchmarks/llm/emulate_rounding.py llama3_8b --phase prefill --layers 2 \\
+        --batch 4 --seq 1024 --modes linear=fp16x1:attn=fp16x1,linear=fp16x1:attn=fp16x3
 
 A mode is one scheme for everything, or `part=scheme` items joined by ':' (parts: linear, the
 projections; head, the LM head (the projections' scheme where not named); router, gpt-oss's
-expert router; moe, the experts' products; unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
+expert router; moe, the experts' products; attn, attention; unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
 """
 from __future__ import annotations
 
@@ -37,8 +45,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("linear", "head", "router", "moe")
-LINEAR = torch.nn.functional.linear          # the original, whatever install() puts in its place
+PARTS = ("linear", "head", "router", "moe", "attn")
+LINEAR = torch.nn.functional.linear          # the originals, whatever install() puts in their place
+SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
 def rounded(x: torch.Tensor, scheme: str, dim: int) -> torch.Tensor:
@@ -51,6 +60,41 @@ def rounded(x: torch.Tensor, scheme: str, dim: int) -> torch.Tensor:
         scale = torch.ldexp(torch.ones_like(amax), 15 - torch.frexp(amax)[1])
         return (x * scale).to(torch.float16).float() / scale
     raise ValueError(f"unknown scheme {scheme!r}")
+
+
+def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, scheme="none"):
+    """scaled_dot_product_attention with the attention kernel's rounding (`scheme`), in fp32
+    (the kernel's softmax and accumulators), one batch row at a time (prefill's scores are GBs)."""
+    if scheme == "none" or dropout_p:
+        return SDPA(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                    scale=scale, enable_gqa=enable_gqa)
+    if k.shape[-3] != q.shape[-3]:          # grouped-query attention: each KV head's queries
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    if scheme == "bf16":
+        q, k, v = (t.to(torch.bfloat16).float() for t in (q, k, v))
+    else:
+        v = rounded(v, "fp16x1", -2)
+        if scheme == "fp16x1":
+            q, k = rounded(q, "fp16x1", -1), rounded(k, "fp16x1", -1)
+        elif scheme != "fp16x3":
+            raise ValueError(f"unknown attention scheme {scheme!r}")
+    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    for b in range(q.shape[0]):
+        s = (q[b] @ k[b].transpose(-1, -2)) * scale
+        if is_causal:
+            n, m = s.shape[-2:]
+            s = s.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(m - n), float("-inf"))
+        if attn_mask is not None:
+            mask = attn_mask[b] if attn_mask.dim() == 4 else attn_mask
+            s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+        p = torch.exp(s - s.amax(-1, keepdim=True))
+        total = p.sum(-1, keepdim=True)
+        p = p.to(torch.bfloat16 if scheme == "bf16" else torch.float16).float()
+        out[b] = (p @ v[b]) / total
+    return out
 
 
 def product(a: torch.Tensor, b: torch.Tensor, scheme: str) -> torch.Tensor:
@@ -90,6 +134,9 @@ def install(mode: dict, router_rows: int | None, vocab: int) -> None:
 
     torch.nn.functional.linear = rounded_linear if any(v != "none" for v in mode.values()) \
         else linear
+    torch.nn.functional.scaled_dot_product_attention = (
+        (lambda *a, **kw: attention(*a, **kw, scheme=mode["attn"])) if mode["attn"] != "none"
+        else SDPA)
     try:
         from transformers.models.gpt_oss import modeling_gpt_oss as oss
     except ImportError:
@@ -160,6 +207,7 @@ def main(argv=None) -> int:
                         "does not depend on how many there are)")
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     p.add_argument("--batch", type=int, default=None, help="KFORGE_LLM_BATCH (default: row's)")
+    p.add_argument("--seq", type=int, default=None, help="KFORGE_LLM_SEQ (default: row's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
@@ -168,6 +216,8 @@ def main(argv=None) -> int:
         os.environ["KFORGE_LLM_LAYERS"] = str(args.layers)
     if args.batch:
         os.environ["KFORGE_LLM_BATCH"] = str(args.batch)
+    if args.seq:
+        os.environ["KFORGE_LLM_SEQ"] = str(args.seq)
     sys.path[:0] = [str(ROOT / "python"), str(ROOT / "benchmarks" / "models")]
     torch.set_num_threads(args.threads)
     module = __import__(args.model)
@@ -196,7 +246,7 @@ def main(argv=None) -> int:
             rows = int((err > tol).flatten(1).any(-1).sum())
             tokens = int((err > tol).reshape(-1, err.shape[-1]).any(-1).sum())
             name = ", ".join(f"{k} {v}" for k, v in mode.items()
-                             if experts is not None or k == "linear")
+                             if experts is not None or k in ("linear", "attn"))
             print(f"{name}: max abs {err.max().item():.4f}, worst / tolerance "
                   f"{(err / tol).max().item():.2f}, sequences over it {rows} of "
                   f"{err.shape[0]}, tokens {tokens} of {err[..., 0].numel()}", flush=True)

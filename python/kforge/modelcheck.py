@@ -51,8 +51,10 @@ class Margin:
 
 def margin(out, ref, atol: float, rtol: float, elements: int = 1 << 25) -> Margin:
     """`out` against `ref` (tensors or sequences of them) under |out - ref| <= atol x max(1,
-    RMS(ref)) + rtol x |ref|; a block of rows at a time in float64 on `out`'s device (a real
-    LLM's logits are GBs). A non-finite element counts as outside."""
+    RMS(ref)) + rtol x |ref| (the verifier's rule: the RMS of the reference's finite
+    elements); a block of rows at a time in float64 on `out`'s device (a real LLM's logits are
+    GBs). A non-finite element counts as outside."""
+    from kforge.verify.verifier import rms_scale
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     refs = list(ref) if isinstance(ref, (list, tuple)) else [ref]
     if len(outs) != len(refs):
@@ -68,9 +70,7 @@ def margin(out, ref, atol: float, rtol: float, elements: int = 1 << 25) -> Margi
         width = max(1, o.shape[-1])
         o2, r2 = o.reshape(-1, width), r.reshape(-1, width)
         step = max(1, elements // width)
-        sq = sum(r2[i:i + step].to(dev, torch.float64).pow(2).sum().item()
-                 for i in range(0, r2.shape[0], step))
-        scale = max(1.0, (sq / r2.numel()) ** 0.5)
+        scale = rms_scale(r, dev)
         for i in range(0, o2.shape[0], step):
             oc = o2[i:i + step].to(dev, torch.float64)
             rc = r2[i:i + step].to(dev, torch.float64)

@@ -201,23 +201,15 @@ def _within(out, ref, atol, rtol, scaled: bool) -> bool:
     import torch
 
     from kforge.verify.contract import chunks
+    from kforge.verify.verifier import rms_scale
     for o, r in _pairs(out, ref):
         if not torch.isfinite(o).all():
             return False
-        scale = _rms_scale(r, o.device) if scaled else 1.0
+        scale = rms_scale(r, o.device) if scaled else 1.0
         for _, oc, rc in chunks(o, r, device=o.device):
             if not ((oc - rc).abs() <= atol * scale + rtol * rc.abs()).all():
                 return False
     return True
-
-
-def _rms_scale(r, device) -> float:
-    """max(1, RMS(r)), the factor the scaled rule multiplies atol by; a chunk at a time."""
-    from kforge.verify.contract import chunks
-    if not r.numel():
-        return 1.0
-    sq = sum(rc.pow(2).sum().item() for _, rc in chunks(r, device=device))
-    return max(1.0, (sq / r.numel()) ** 0.5)
 
 
 def _rows_outside(out, ref, atol, rtol) -> tuple[int, int]:
@@ -552,8 +544,8 @@ class Runner:
                 kr.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager on fresh inputs "
                              f"(max abs err {kr.max_abs_err:.3g}, rel L2 err {kr.max_rel_err:.3g}"
                              f"{_outside_text(chk)}); each kernel passed its own region's check: "
-                             "`kforge tune PKG --check` raises the regions that carry the "
-                             "error to strict (CHECK=1 in the device scripts)")
+                             "`kforge tune PKG --check` takes the regions that carry the "
+                             "error to finer schemes or strict (CHECK=1 in the device scripts)")
                 if chk.rows:
                     kr.info["rows_outside"] = [chk.rows_outside, chk.rows]
             kr.timing = self._time(c.fn, inputs)
