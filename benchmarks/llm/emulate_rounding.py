@@ -7,6 +7,8 @@ nn.Linear product (and of the MoE experts' products, gpt-oss) rounded first. Sch
     bf16     operands rounded to bf16 (the bf16 policy's own GEMMs)
     fp16x1   each operand row (A) / weight column scaled by a power of two, rounded to fp16:
              KForge's fp16x1 products (8x finer than bf16, the same bytes)
+    fp16x2   A (the activation) as fp32, the weight as fp16x1 rounds it: what a kernel of A's
+             two fp16 planes against the weight's one plane (two products) would compute
     f64      the product in float64, rounded back: more accurate than fp32
     none     as fp32
 
@@ -32,7 +34,8 @@ the router's logits).
 
 A mode is one scheme for everything, or `part=scheme` items joined by ':' (parts: linear, the
 projections; head, the LM head (the projections' scheme where not named); router, gpt-oss's
-expert router; moe, the experts' products; attn, attention; unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
+expert router; moe, the experts' products; attn, attention; qk, the attention's query and key
+projections (the projections' scheme where not named); unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
 """
 from __future__ import annotations
 
@@ -45,7 +48,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("linear", "head", "router", "moe", "attn")
+PARTS = ("linear", "head", "qk", "router", "moe", "attn")
+QK_WEIGHTS: set[int] = set()        # ids of the attention's q and k projection weights (main)
 LINEAR = torch.nn.functional.linear          # the originals, whatever install() puts in their place
 SDPA = torch.nn.functional.scaled_dot_product_attention
 
@@ -101,6 +105,8 @@ def product(a: torch.Tensor, b: torch.Tensor, scheme: str) -> torch.Tensor:
     """a @ b (b: [K, N]) with the scheme's operand rounding."""
     if scheme == "f64":
         return (a.double() @ b.double()).float()
+    if scheme == "fp16x2":
+        return a @ rounded(b, "fp16x1", 0)
     return rounded(a, scheme, -1) @ rounded(b, scheme, 0)
 
 
@@ -117,6 +123,8 @@ def parse_mode(text: str) -> dict:
         named.add(part)
     if "head" not in named:
         mode["head"] = mode["linear"]
+    if "qk" not in named:
+        mode["qk"] = mode["linear"]
     return mode
 
 
@@ -126,7 +134,8 @@ def install(mode: dict, router_rows: int | None, vocab: int) -> None:
 
     def rounded_linear(x, w, b=None):
         scheme = mode["router"] if router_rows is not None and w.shape[0] == router_rows \
-            else mode["head"] if w.shape[0] == vocab else mode["linear"]
+            else mode["head"] if w.shape[0] == vocab else mode["qk"] if id(w) in QK_WEIGHTS \
+            else mode["linear"]
         if scheme == "none":
             return linear(x, w, b)
         out = product(x.reshape(-1, x.shape[-1]), w.t(), scheme).reshape(*x.shape[:-1], -1)
@@ -227,6 +236,8 @@ def main(argv=None) -> int:
     model = module.Model("real").eval()
     inputs = module.get_inputs()
     experts = getattr(model.config, "num_local_experts", None)
+    QK_WEIGHTS.update(id(m.weight) for name, m in model.named_modules()
+                      if name.endswith((".q_proj", ".k_proj")))
     modes = [parse_mode(m) for m in args.modes.split(",") if m]
     routers = RouterLog(model) if experts is not None else None
     with torch.no_grad():
@@ -246,7 +257,7 @@ def main(argv=None) -> int:
             rows = int((err > tol).flatten(1).any(-1).sum())
             tokens = int((err > tol).reshape(-1, err.shape[-1]).any(-1).sum())
             name = ", ".join(f"{k} {v}" for k, v in mode.items()
-                             if experts is not None or k in ("linear", "attn"))
+                             if experts is not None or k in ("linear", "qk", "attn"))
             print(f"{name}: max abs {err.max().item():.4f}, worst / tolerance "
                   f"{(err / tol).max().item():.2f}, sequences over it {rows} of "
                   f"{err.shape[0]}, tokens {tokens} of {err[..., 0].numel()}", flush=True)

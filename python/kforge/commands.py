@@ -230,24 +230,27 @@ def cmd_tune(args) -> int:
     def progress(m: str) -> None:        # seconds since the start: where a long tune goes
         print(f"  [{time.monotonic() - t0:7.1f}s] {m}", file=sys.stderr, flush=True)
 
-    def tune() -> dict:
-        return tune_package(args.package, rounds=args.rounds, provider=args.provider,
-                            repair=args.repair, cache=cache, progress=progress,
-                            retry_rejected=args.retry_rejected,
-                            regenerate=tuple(args.regenerate))
+    def tune(first: bool = True) -> dict:
+        # (the check's later calls verify the kernels of the regions it moved; the tuning
+        # rounds and regenerations asked for ran on the first)
+        return tune_package(args.package, rounds=args.rounds if first else 0,
+                            provider=args.provider, repair=args.repair, cache=cache,
+                            progress=progress,
+                            retry_rejected=args.retry_rejected and first,
+                            regenerate=tuple(args.regenerate) if first else ())
 
     with use_workers(args.workers, gpu_share=args.gpu_share):
         results = tune()
         if not results:
             print(f"{args.package}: nothing to verify or tune for {package.target}")
-        for h, status in results.items():
-            print(f"region {h}: {status}")
         fit = None
         if args.check:
             from kforge.modelcheck import fit_model
             progress("the whole model against eager PyTorch")
-            fit = fit_model(args.package, tune=lambda: results.update(tune()), say=progress,
-                            limit=args.check_limit)
+            fit = fit_model(args.package, tune=lambda: results.update(tune(first=False)),
+                            say=progress, limit=args.check_limit)
+        for h, status in results.items():       # (with --check, the last verdict of each)
+            print(f"region {h}: {status}")
     if fit is not None:
         last = fit.checks[-1]
         print("\n".join(last.lines()[:1]))

@@ -224,6 +224,7 @@ def test_tune_check_takes_attention_to_a_finer_scheme_before_strict(tmp_path, kf
     assert tuned.returncode == 0, f"{tuned.stderr}\n{tuned.stdout}"
     assert f"taken to a finer scheme by the whole-model check: {att}" in tuned.stdout, tuned.stdout
     assert "raised to strict" not in tuned.stdout, tuned.stdout
+    assert f"region {att}: verified" in tuned.stdout, tuned.stdout   # the check's own tune
     manifest = read_manifest(pkg)
     assert not manifest.get("strict_regions"), manifest.get("strict_regions")
     assert manifest["finer_schemes"][att]["finer_than"] == 11
