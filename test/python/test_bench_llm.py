@@ -203,3 +203,50 @@ def test_the_float64_reference_of_an_llm_runs_a_part_of_the_batch_at_a_time_when
         runner._rows_on_device(short_of_memory, [ids], separable=False)
     with pytest.raises(ValueError):                       # not a memory error: not retried
         runner._rows_on_device(lambda x: (_ for _ in ()).throw(ValueError("shape")), [ids], True)
+
+
+def test_the_float64_copy_widens_in_place_of_copying_and_goes_to_the_cpu_when_the_device_is_full(
+        monkeypatch):
+    """The strict contract's float64 model is built a tensor at a time (deepcopy-then-convert
+    held a whole fp32 copy beside it: gpt-oss's 4 layers ran out of memory on an 80 GB card),
+    with tied weights still tied; where even that does not fit on the device, it is built and
+    run on the CPU, with the same outputs."""
+    import copy
+    from types import SimpleNamespace
+
+    from kforge.bench import runner
+    (_, decode) = discover([str(LLAMA)])
+    model, inputs = decode.instantiate("smoke", "cpu")
+    first = next(model.parameters())
+    model64 = runner.float64_copy(model)
+    assert first.dtype == torch.float32 and next(model.parameters()) is first    # untouched
+    assert all(p.dtype == torch.float64 for p in model64.parameters())
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(*[x.double() if x.is_floating_point() else x
+                                               for x in inputs])
+        got = model64(*[x.double() if x.is_floating_point() else x for x in inputs])
+    assert torch.equal(got, want)
+    tied = torch.nn.Linear(4, 4)
+    pair = torch.nn.Sequential(tied, torch.nn.ReLU(), tied)
+    pair64 = runner.float64_copy(pair)
+    assert pair64[0].weight is pair64[2].weight and pair64[0].weight.dtype == torch.float64
+
+    asked, real = [], runner.float64_copy
+
+    def device_full(m, device=None):                      # the device holds no float64 copy
+        asked.append(device)
+        if device is None:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 35.00 GiB")
+        return real(m, device)
+
+    monkeypatch.setattr(runner, "float64_copy", device_full)
+    host = SimpleNamespace(target=SimpleNamespace(empty_cache=lambda: None))
+    out = Runner._float64_references(host, model, [(inputs, None)])
+    assert asked == [None, "cpu"] and isinstance(out, list), out
+    assert out[0].dtype == torch.float64 and torch.equal(out[0], want)
+    # another error is the model's, not memory's: its reason, no retry on the CPU
+    asked.clear()
+    monkeypatch.setattr(runner, "float64_copy", lambda m, device=None: (
+        asked.append(device), (_ for _ in ()).throw(TypeError("fp32 only")))[1])
+    why = Runner._float64_references(host, model, [(inputs, None)])
+    assert asked == [None] and "did not run in float64: TypeError: fp32 only" in why

@@ -156,6 +156,28 @@ def _rows_on_device(fn, inputs, separable: bool, empty_cache=lambda: None):
         step = (step + 1) // 2
 
 
+def float64_copy(model, device=None):
+    """A float64 copy of `model` (on `device`, default where each tensor is), its parameters
+    and floating buffers widened one at a time into the copy: no fp32 copy of the whole model
+    first, as deepcopy-then-convert makes (a real LLM's fp32 weights are tens of GB)."""
+    import copy
+
+    import torch
+
+    memo = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) in memo:
+            continue
+        wide = t.detach().to(device=device, dtype=torch.float64 if t.is_floating_point()
+                             else t.dtype, copy=True)
+        memo[id(t)] = torch.nn.Parameter(wide, requires_grad=t.requires_grad) \
+            if isinstance(t, torch.nn.Parameter) else wide
+    model64 = copy.deepcopy(model, memo)
+    # what is neither a parameter nor a buffer (a tensor attribute: a cached RoPE table)
+    return model64.to(device=device, dtype=torch.float64) if device else \
+        model64.to(torch.float64)
+
+
 def _common_batch(inputs) -> int | None:
     """The leading size every tensor input shares (None where they do not)."""
     import torch
@@ -280,26 +302,39 @@ class Runner:
 
     def _float64_references(self, model, checks):
         """The outputs of a float64 copy of the model on every check's inputs (float inputs
-        widened), for the strict contract; a reason (str) where the model cannot run so."""
-        import copy
-
+        widened), for the strict contract; a reason (str) where the model cannot run so. The
+        copy is made on the model's device; where it does not fit there (gpt-oss's 4 layers
+        beside its fp32 model and the package on an 80 GB card), on the CPU, as is every
+        check's run then."""
         import torch
 
-        try:
-            model64 = copy.deepcopy(model).to(torch.float64)
-            separable = bool(getattr(model, "BATCH_SEPARABLE", False))
-            out = []
-            with torch.no_grad():
-                for fresh, _ in checks:
-                    wide = [x.to(torch.float64) if isinstance(x, torch.Tensor) and
-                            x.is_floating_point() else x for x in fresh]
-                    out.append(_rows_on_device(model64, wide, separable, self.target.empty_cache))
-            return out
-        except Exception as exc:      # a model that only runs in fp32 (a dtype check, an op)
-            return f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
-        finally:
-            model64 = None
-            self.target.empty_cache()
+        from kforge.verify import is_out_of_memory
+        separable = bool(getattr(model, "BATCH_SEPARABLE", False))
+        model64, why = None, ""
+        for where in (None, "cpu"):
+            try:
+                model64 = float64_copy(model, where)
+                out = []
+                with torch.no_grad():
+                    for fresh, _ in checks:
+                        wide = [x.to(device=where, dtype=torch.float64)
+                                if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                else x.to(where) if isinstance(x, torch.Tensor) and where
+                                else x for x in fresh]
+                        out.append(_rows_on_device(model64, wide, separable,
+                                                   self.target.empty_cache))
+                return out
+            except Exception as exc:  # a model that only runs in fp32 (a dtype check, an op)
+                model64 = None
+                if where is None and is_out_of_memory(exc):
+                    self.target.empty_cache()         # the float64 copy on the CPU instead
+                    continue
+                why = f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
+                break
+            finally:
+                model64 = None
+                self.target.empty_cache()
+        return why
 
     def _fresh_references(self, wl: Workload, model):
         import torch
