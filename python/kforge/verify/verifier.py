@@ -534,7 +534,8 @@ def _rms_sums(ref: torch.Tensor, device) -> tuple[float, int]:
 
 def rms_scale(ref: torch.Tensor, device=None) -> float:
     """max(1, RMS of the reference's finite elements): the factor the policy's atol is scaled
-    by (here, in kforge.modelcheck.margin and the bench's allclose rule)."""
+    by (_compare_float's, from the same sums; kforge.modelcheck.margin's and the bench's
+    allclose rule's)."""
     total, count = _rms_sums(ref, ref.device if device is None else device)
     return max(1.0, math.sqrt(total / count)) if count else 1.0
 
@@ -550,11 +551,8 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
     contract's bound (kforge.verify.contract) for elements of `dtype`: the Comparison's
     `contract`, when the rule holds."""
     # pass 1: RMS of the reference where it is finite
-    if sums is not None:
-        total, count = sums
-        scale = max(1.0, math.sqrt(total / count)) if count else 1.0
-    else:
-        scale = rms_scale(ref, device)
+    total, count = sums if sums is not None else _rms_sums(ref, device)
+    scale = max(1.0, math.sqrt(total / count)) if count else 1.0
     threshold = atol * scale
     if floor is not None and floor <= threshold:
         floor = None                   # below the rule's tolerance everywhere: no change
