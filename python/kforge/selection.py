@@ -22,8 +22,12 @@ policy at its outputs; the regions it raises to strict are recorded in the manif
 
 Before strict, the check may take a region one rung up its own policy's ladder of precision
 schemes: a bf16 attention on fp16x1 products (11 significant bits in q, k, v) to fp16x3 scores
-(fp32-grade q@k^T, the fp16 p@v), which costs about twice fp16x1 where strict's 3xTF32 costs
-five times (benchmarks/results/2026-12-05i-h200-llama-prefill-check/). The manifest's
+(fp32-grade q@k^T, the fp16 p@v): four fp16 products a tile where fp16x1 takes two (not timed
+on a GPU yet), where strict's 3xTF32 took 1.07 ms against about 0.2-0.27 ms for fp16x1 on
+Llama-3-8B's prefill (benchmarks/results/2026-12-05i-h200-llama-prefill-check/, 2026-12-05g).
+On the CPU's emulation of that 2-layer package (benchmarks/llm/emulate_rounding.py) fp16x3
+attention put the logits at 0.93 of the bf16 allowance, 3xTF32's exact ones at 0.90, fp16x1 at
+1.03. The manifest's
 "finer_schemes" (hash -> {"finer_than": bits, "why": ...}) holds such a floor: the region keeps
 its policy and tolerance, and only kernels whose scheme keeps more than `bits` significant bits
 in its products' operands (scheme_bits) are generated, reused or run for it.
@@ -97,8 +101,8 @@ ATTENTION_FP16X3_BITS = 16
 
 def scheme_bits(config: dict | None, policy: str) -> int | None:
     """The significant bits the scheme of a builtin configuration keeps in its products'
-    operands under `policy`; None where the configuration says nothing (another provider's
-    kernel, whose products are its own)."""
+    operands under `policy` (a configuration without a scheme key: the policy's own; another
+    provider's kernel, whose configuration is its own, counts so); None without one."""
     if config is None:
         return None
     if "dot_precision" in config:
