@@ -257,7 +257,7 @@ def main(argv=None) -> int:
             rows = int((err > tol).flatten(1).any(-1).sum())
             tokens = int((err > tol).reshape(-1, err.shape[-1]).any(-1).sum())
             name = ", ".join(f"{k} {v}" for k, v in mode.items()
-                             if experts is not None or k in ("linear", "qk", "attn"))
+                             if experts is not None or k in ("linear", "head", "qk", "attn"))
             print(f"{name}: max abs {err.max().item():.4f}, worst / tolerance "
                   f"{(err / tol).max().item():.2f}, sequences over it {rows} of "
                   f"{err.shape[0]}, tokens {tokens} of {err[..., 0].numel()}", flush=True)
