@@ -263,8 +263,9 @@ def cmd_tune(args) -> int:
         if not fit.ok:
             print(f"the whole model stays outside the {last.policy} policy"
                   + (f": {fit.note}" if fit.note else "")
-                  + "; compile it under a stricter policy (--precision strict) for outputs "
-                  "within it")
+                  + ("; a higher --check-limit moves more regions" if fit.limited else
+                     "; compile it under a stricter policy (--precision strict) for outputs "
+                     "within it"))
     ok = all(s == "verified" for s in results.values())
     return 0 if ok and (fit is None or fit.ok) else 1
 

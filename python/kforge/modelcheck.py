@@ -216,6 +216,7 @@ class Fit:
     raised: list[str]
     tightened: list[tuple[str, int, int]] = field(default_factory=list)
     note: str = ""
+    limited: bool = False               # stopped by `limit`, not for want of a region to move
 
     @property
     def steps(self) -> int:
@@ -245,7 +246,7 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
         if check.ok:
             return fit
         if limit is not None and fit.steps >= limit:
-            fit.note = f"stopped after {limit} steps"
+            fit.note, fit.limited = f"stopped after {limit} steps", True
             return fit
         # the region whose exact result leaves the least error; where none lowers it alone
         # (two regions' errors that cancel each other in part: either one exact exposes the

@@ -220,6 +220,12 @@ def test_tune_check_takes_attention_to_a_finer_scheme_before_strict(tmp_path, kf
     assert entry["verification"]["status"] == "verified", entry
     assert scheme_bits(entry["launch"]["config"], "bf16") > 11, entry["launch"]
 
+    # --check-limit 0: the check and its attribution, nothing moved
+    report = _kforge("tune", pkg, "--check", "--check-limit", "0", cache=cache, check=False)
+    assert report.returncode == 1 and "a higher --check-limit" in report.stdout, report.stdout
+    assert f"{att} attention    worst 0," in report.stderr, report.stderr
+    assert not read_manifest(pkg).get("finer_schemes")
+
     tuned = _kforge("tune", pkg, "--check", cache=cache, check=False)
     assert tuned.returncode == 0, f"{tuned.stderr}\n{tuned.stdout}"
     assert f"taken to a finer scheme by the whole-model check: {att}" in tuned.stdout, tuned.stdout
