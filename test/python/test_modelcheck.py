@@ -243,3 +243,12 @@ def test_tune_check_takes_attention_to_a_finer_scheme_before_strict(tmp_path, kf
     assert after.ok, after.lines()
     # from fp16x3 the next step is strict (3xTF32 on both products is fp32-grade)
     assert next_rung(open_package(pkg), att) is None
+    # the bench names what the check moved, beside the regions on kernels
+    from kforge.bench import backends, report
+    from kforge.modelfile import load_model_file
+    module, _ = load_model_file(pkg / "model.py", with_model=True)
+    loaded = backends.kforge_loaded(pkg, module, "cpu", "bf16", False)
+    assert loaded.fn.package.manifest["finer_schemes"] == manifest["finer_schemes"]
+    cell = report._kernels({"info": {"regions_total": 3, "regions_on_kernels": 3,
+                                     "moved_by_check": {"finer": 1, "strict": 0}}})
+    assert cell == "3/3 (check: 1 finer)", cell

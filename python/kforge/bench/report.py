@@ -229,11 +229,15 @@ def _baseline(w, name):
 
 
 def _kernels(k: dict) -> str:
-    """Regions run by verified kernels / all regions (the rest run their PyTorch reference)."""
+    """Regions run by verified kernels / all regions (the rest run their PyTorch reference),
+    and those the whole-model check moved (`kforge tune --check`)."""
     info = k.get("info") or {}
-    if "regions_total" in info:
-        return f"{info['regions_on_kernels']}/{info['regions_total']}"
-    return "–"
+    if "regions_total" not in info:
+        return "–"
+    text = f"{info['regions_on_kernels']}/{info['regions_total']}"
+    moved = info.get("moved_by_check") or {}
+    parts = [f"{moved[key]} {key}" for key in ("finer", "strict") if moved.get(key)]
+    return text + (f" (check: {', '.join(parts)})" if parts else "")
 
 
 def _ms(c):

@@ -554,6 +554,11 @@ class Runner:
         kernels, regions = getattr(c.fn, "kernels", None), getattr(c.fn, "regions", None)
         if kernels is not None and regions is not None:   # kforge.runtime.CompiledModel
             c.info["regions_total"], c.info["regions_on_kernels"] = len(regions), len(kernels)
+            manifest = getattr(getattr(c.fn, "package", None), "manifest", None) or {}
+            moved = {"finer": len(manifest.get("finer_schemes") or {}),
+                     "strict": len(manifest.get("strict_regions") or {})}
+            if any(moved.values()):      # by `kforge tune --check` (kforge.modelcheck)
+                c.info["moved_by_check"] = moved
         kr = ContenderResult(c.name, "ok", compile_s=c.compile_s, info=c.info)
         pr.kforge = kr
         try:
