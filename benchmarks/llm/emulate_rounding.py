@@ -34,7 +34,8 @@ the router's logits).
 
 A mode is one scheme for everything, or `part=scheme` items joined by ':' (parts: linear, the
 projections; head, the LM head (the projections' scheme where not named); router, gpt-oss's
-expert router; moe, the experts' products; attn, attention; qk, the attention's query and key
+expert router; moe, the experts' products; moelast, the last layer's experts (moe's scheme where
+not named); attn, attention; qk, the attention's query and key
 projections (the projections' scheme where not named); unnamed parts stay fp32). Results of 2026-12-02: benchmarks/results/2026-12-02-h200-llm/.
 """
 from __future__ import annotations
@@ -48,8 +49,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("linear", "head", "qk", "router", "moe", "attn")
+PARTS = ("linear", "head", "qk", "router", "moe", "moelast", "attn")
 QK_WEIGHTS: set[int] = set()        # ids of the attention's q and k projection weights (main)
+LAST_EXPERTS: list = []             # the last layer's experts module (main; gpt-oss)
 LINEAR = torch.nn.functional.linear          # the originals, whatever install() puts in their place
 SDPA = torch.nn.functional.scaled_dot_product_attention
 
@@ -125,6 +127,8 @@ def parse_mode(text: str) -> dict:
         mode["head"] = mode["linear"]
     if "qk" not in named:
         mode["qk"] = mode["linear"]
+    if "moelast" not in named:
+        mode["moelast"] = mode["moe"]
     return mode
 
 
@@ -152,7 +156,9 @@ def install(mode: dict, router_rows: int | None, vocab: int) -> None:
         return
 
     def experts(self, hidden_states, router_indices=None, routing_weights=None):
-        scheme = mode["moe"]
+        # the last layer's experts: no router after them (kforge.selection keeps them at the
+        # package's policy only if its regions are told apart from the other layers')
+        scheme = mode["moelast"] if LAST_EXPERTS and self is LAST_EXPERTS[0] else mode["moe"]
         out = torch.zeros_like(hidden_states)
         mask = torch.nn.functional.one_hot(router_indices, num_classes=self.num_experts)
         mask = mask.permute(2, 1, 0)
@@ -238,6 +244,7 @@ def main(argv=None) -> int:
     experts = getattr(model.config, "num_local_experts", None)
     QK_WEIGHTS.update(id(m.weight) for name, m in model.named_modules()
                       if name.endswith((".q_proj", ".k_proj")))
+    LAST_EXPERTS[:] = [m for m in model.modules() if type(m).__name__ == "GptOssExperts"][-1:]
     modes = [parse_mode(m) for m in args.modes.split(",") if m]
     routers = RouterLog(model) if experts is not None else None
     with torch.no_grad():
