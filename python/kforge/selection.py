@@ -120,8 +120,12 @@ def scheme_bits(config: dict | None, policy: str) -> int | None:
 def scheme_floors(manifest: dict) -> dict[str, int]:
     """Region hash -> the bits its kernel's scheme must keep more than (the manifest's
     "finer_schemes", set by kforge.modelcheck)."""
-    return {h: int(v.get("finer_than", 0))
-            for h, v in (manifest.get("finer_schemes") or {}).items()}
+    out = {}
+    for h, v in (manifest.get("finer_schemes") or {}).items():
+        bits = v.get("finer_than") if isinstance(v, dict) else None
+        if isinstance(bits, (int, float)) and not isinstance(bits, bool) and bits > 0:
+            out[h] = int(bits)        # (an entry edited into something else: no floor)
+    return out
 
 
 def above_floor(config: dict | None, policy: str, floor: int) -> bool:

@@ -127,6 +127,25 @@ def test_margin_is_the_policy_rule_with_rows():
     assert margin(out, ref, 1e-2, 1e-2).rows_outside == 2
 
 
+def test_scheme_bits_rank_the_schemes_and_a_floor_admits_only_finer_ones():
+    from kforge.selection import above_floor, scheme_bits, scheme_floors
+    gemm = {"BLOCK_M": 128}                               # no scheme key: the policy's own
+    ladder = [scheme_bits(gemm, "bf16"),
+              scheme_bits(dict(gemm, input_precision="fp16x1"), "bf16"),
+              scheme_bits({"dot_precision": "fp16x3"}, "bf16"),          # attention
+              scheme_bits({"dot_precision": "ieee", "fp32_dot": "tf32x3"}, "bf16"),
+              scheme_bits(dict(gemm, input_precision="ieee"), "strict")]
+    assert ladder == sorted(ladder) and len(set(ladder)) == len(ladder), ladder
+    assert scheme_bits(gemm, "strict") > scheme_bits(gemm, "tf32") > scheme_bits(gemm, "bf16")
+    assert above_floor({"dot_precision": "fp16x3"}, "bf16", 11)
+    assert not above_floor({"dot_precision": "fp16x1"}, "bf16", 11)
+    assert above_floor({"dot_precision": "fp16x1"}, "bf16", 0)            # no floor
+    assert not above_floor(None, "bf16", 8)          # a kernel that says nothing: not above
+    # a manifest's entries edited into something else set no floor (and raise nothing)
+    assert scheme_floors({"finer_schemes": {"a": {"finer_than": 11}, "b": "x",
+                                            "c": {"finer_than": "11"}, "d": {}}}) == {"a": 11}
+
+
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt):
     pkg, cache = _compiled(tmp_path)
