@@ -187,6 +187,7 @@ def next_rung(package, h: str) -> tuple[int, int] | None:
     builtin's space for the region under its own policy has a finer scheme short of
     fp32-grade (kforge.selection.scheme_bits); None where the next step is strict (another
     provider's kernel, a strict one, no products, or nothing between)."""
+    from kforge.package import entry_config
     from kforge.providers.builtin import config_space
     from kforge.providers.builtin.emitter import CannotGenerate
     from kforge.selection import FP32_GRADE, meets, scheme_bits
@@ -194,7 +195,7 @@ def next_rung(package, h: str) -> tuple[int, int] | None:
     precision = entry.get("precision", package.precision)
     if entry.get("provider") != "builtin" or meets(precision, "strict"):
         return None
-    bits = scheme_bits((entry.get("launch") or {}).get("config"), precision)
+    bits = scheme_bits(entry_config(entry), precision)
     if bits is None or h not in package.specs:
         return None
     try:

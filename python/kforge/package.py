@@ -89,6 +89,12 @@ def launch_of(config: dict | None) -> dict:
     return {"config": cfg, **{k: cfg[k] for k in ("grid", "num_warps", "num_stages") if k in cfg}}
 
 
+def entry_config(entry: dict) -> dict | None:
+    """The candidate configuration a manifest entry's `launch` records (launch_of's); None
+    where it has none."""
+    return (entry.get("launch") or {}).get("config")
+
+
 def entry_fields(result, options) -> dict:
     """The manifest entry for a synthesis result, its kernel file not written (a worker makes
     it; the package's writer writes both)."""
@@ -117,8 +123,7 @@ def reusable_entry(pkg: Path, entry: dict | None, options) -> bool:
         return False
     if entry.get("requested_provider", entry.get("provider")) != options.provider:
         return False
-    if not above_floor((entry.get("launch") or {}).get("config"), options.precision,
-                       getattr(options, "finer_than", 0)):
+    if not above_floor(entry_config(entry), options.precision, options.finer_than):
         return False            # a scheme the whole-model check has taken the region above
     status = entry.get("verification", {}).get("status")
     if status not in ("verified", "candidate"):

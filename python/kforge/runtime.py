@@ -24,7 +24,7 @@ import torch
 from kforge import fastlaunch
 from kforge.errors import UserError
 from kforge.modelfile import load_model_file
-from kforge.package import Package, open_package
+from kforge.package import Package, entry_config, open_package
 from kforge.selection import (above_floor, meets, raised_regions, region_precision,
                               scheme_floors, selection_feeders)
 from kforge.tune import pending_candidates, tune_package
@@ -107,8 +107,8 @@ def usable_kernels(package: Package, target: str) -> dict[str, dict]:
         needed, _ = region_precision(package.precision, feeders, h, raised)
         held = ver.get("precision", entry.get("precision"))
         if entry.get("target") == target and ver.get("status") == "verified" and \
-                meets(held, needed) and (meets(held, "strict") or above_floor(
-                    (entry.get("launch") or {}).get("config"), held, floors.get(h, 0))):
+                meets(held, needed) and (meets(held, "strict") or
+                                         above_floor(entry_config(entry), held, floors.get(h, 0))):
             # (a region whose floor the whole-model check raised runs its reference until
             # `kforge tune` verifies a kernel above it)
             out[h] = entry

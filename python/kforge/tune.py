@@ -12,8 +12,8 @@ from typing import Sequence, Callable
 from kforge.errors import UserError
 from kforge.verify.verifier import (VerificationOutOfMemory, VerificationRecord,
                                     is_out_of_memory)
-from kforge.package import (Package, launch_of, open_package, read_manifest, relink,
-                            write_manifest)
+from kforge.package import (Package, entry_config, launch_of, open_package, read_manifest,
+                            relink, write_manifest)
 from kforge.selection import (above_floor, meets, raised_regions, region_precision,
                               scheme_floors, selection_feeders)
 
@@ -83,7 +83,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
             if fresh is not None:
                 manifest["kernels"][h] = entry = fresh
                 status, renewed = "candidate", True
-        elif not above_floor((entry.get("launch") or {}).get("config"), precision, floor):
+        elif not above_floor(entry_config(entry), precision, floor):
             # the whole-model check took the region above its kernel's scheme: the first
             # builtin kernel above it replaces that one (repaired within the floor if rejected)
             fresh = requalified(package, h, entry, precision,
@@ -118,7 +118,7 @@ def tune_package(pkg: str | os.PathLike, *, rounds: int = 0, provider: str | Non
                             finer_than=floor if entry.get("precision", precision) == precision
                             else 0)
         job = TuneJob(entry, (package.root / entry["source"]).read_text(), rounds, provider,
-                      repair, sizes, opts.finer_than)
+                      repair, sizes)
         tasks.append(RegionTask("tune", h, package.specs[h], opts, cache_root=cache_root,
                                 cache_mode=cache_mode, tune=job,
                                 log_dir=None if executor.remote() else
@@ -178,7 +178,7 @@ def regenerated(package: Package, h: str, entry: dict,
     configuration and written into the package; None where the source is unchanged (the same
     code would get the same verdict) or the builtin cannot generate it any more."""
     from kforge.providers.builtin import candidates
-    config = (entry.get("launch") or {}).get("config")
+    config = entry_config(entry)
     if entry.get("provider") != "builtin" or config is None:
         return None
     fresh = candidates(package.specs[h], package.target,

@@ -172,10 +172,8 @@ def float64_copy(model, device=None):
                              else t.dtype, copy=True)
         memo[id(t)] = torch.nn.Parameter(wide, requires_grad=t.requires_grad) \
             if isinstance(t, torch.nn.Parameter) else wide
-    model64 = copy.deepcopy(model, memo)
-    # what is neither a parameter nor a buffer (a tensor attribute: a cached RoPE table)
-    return model64.to(device=device, dtype=torch.float64) if device else \
-        model64.to(torch.float64)
+    # (.to: what is neither a parameter nor a buffer, a tensor attribute such as a RoPE table)
+    return copy.deepcopy(model, memo).to(device=device, dtype=torch.float64)
 
 
 def _common_batch(inputs) -> int | None:
@@ -310,25 +308,22 @@ class Runner:
 
         from kforge.verify import is_out_of_memory
         separable = bool(getattr(model, "BATCH_SEPARABLE", False))
-        model64, why = None, ""
+        why = ""
         for where in (None, "cpu"):
             try:
                 model64 = float64_copy(model, where)
                 out = []
                 with torch.no_grad():
                     for fresh, _ in checks:
-                        wide = [x.to(device=where, dtype=torch.float64)
-                                if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                else x.to(where) if isinstance(x, torch.Tensor) and where
-                                else x for x in fresh]
+                        wide = [x.to(device=where, dtype=torch.float64 if x.is_floating_point()
+                                     else x.dtype) if isinstance(x, torch.Tensor) else x
+                                for x in fresh]
                         out.append(_rows_on_device(model64, wide, separable,
                                                    self.target.empty_cache))
                 return out
             except Exception as exc:  # a model that only runs in fp32 (a dtype check, an op)
-                model64 = None
                 if where is None and is_out_of_memory(exc):
-                    self.target.empty_cache()         # the float64 copy on the CPU instead
-                    continue
+                    continue                          # the float64 copy on the CPU instead
                 why = f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
                 break
             finally:

@@ -42,7 +42,6 @@ class TuneJob:
     provider: str | None = None
     repair: int = 2
     dynamic_sizes: tuple = ()
-    finer_than: int = 0                       # the region's floor on schemes (kforge.selection)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def _tune(task: RegionTask, cache, log_dir: Path, emit) -> TaskOutcome:
             precision=task.options.precision, rounds=job.rounds, provider=job.provider,
             cache=cache, repair=job.repair, dynamic_sizes=job.dynamic_sizes, log_dir=log_dir,
             say=lambda msg: emit(Event("note", task.hash, msg)),
-            finer_than=getattr(job, "finer_than", 0))
+            finer_than=task.options.finer_than)
     except OracleError as exc:
         # the region's reference failed (or the device ran out of memory outside the plain
         # verification): not the kernel's fault; the region keeps its entry, the others go on

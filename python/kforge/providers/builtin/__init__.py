@@ -276,8 +276,7 @@ class BuiltinProvider(Provider):
             if idx is None:
                 continue
             cid = candidate_id_prefix(spec.hash, request.precision, target.name) + str(idx)
-            if cid in tried or not above_floor(config, request.precision,
-                                               getattr(request, "finer_than", 0)):
+            if cid in tried or not above_floor(config, request.precision, request.finer_than):
                 continue
             eligible.append(config)
         if _screen_here(target):
