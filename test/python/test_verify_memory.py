@@ -251,6 +251,7 @@ def test_a_failing_reference_is_one_regions_error_in_tune(monkeypatch, matmul_bi
     from types import SimpleNamespace
 
     import kforge.verify as kverify
+    from kforge.synth import SynthOptions
     from kforge.verify import OracleError
     from kforge.workers.tasks import _tune
     spec, source = matmul_bias
@@ -263,7 +264,7 @@ def test_a_failing_reference_is_one_regions_error_in_tune(monkeypatch, matmul_bi
                                  "verification": {"status": "candidate"}},
                           source=source, rounds=0, provider=None, repair=0, dynamic_sizes=())
     task = SimpleNamespace(spec=spec, tune=job, hash="h0",
-                           options=SimpleNamespace(target="cpu", precision="strict"))
+                           options=SynthOptions(target="cpu", precision="strict"))
     outcome = _tune(task, None, Path("/tmp"), lambda ev: None)
     assert outcome.entry is None and "OracleError" in outcome.error and spec.name in outcome.error
 
