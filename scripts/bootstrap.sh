@@ -20,6 +20,13 @@ source "$VENV/bin/activate"
 STAMP="$VENV/.kforge-deps"
 DEPS_HASH="$(sha256sum "$ROOT/pyproject.toml" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -c1-16)"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$DEPS_HASH" ]; then
+  # the toolchain takes about 4.5 GB in the venv; a full disk otherwise fails deep inside pip
+  FREE_KB="$(df -Pk "$(dirname "$VENV")" | awk 'NR==2 {print $4}')"
+  if [ -n "$FREE_KB" ] && [ "$FREE_KB" -lt 6000000 ]; then
+    log "error: $(( FREE_KB / 1024 )) MiB free on the disk of $VENV; the toolchain needs about 6 GB" >&2
+    log "free some space (old clones, caches), or set KFORGE_VENV to a disk with room" >&2
+    exit 1
+  fi
   log "installing Python packages (torch 2.13.0 CPU, torch-mlir, MLIR/LLVM 22.1.8, triton, ray)"
   python -m pip install -q --upgrade pip
   # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.

@@ -2,7 +2,10 @@
 events, L2 flushed before each run, median), each bound to the weights of its model file's
 module, and print one line each: what raising regions to strict (`kforge tune --check`) costs.
 
-    PYTHONPATH=python python3 benchmarks/llm/time_package.py PKG [PKG ...]   (on the device)
+    PYTHONPATH=python python3 benchmarks/llm/time_package.py [--compiled] PKG [PKG ...]
+
+(on the device). --compiled: then also the first package's model cast to bf16 under both
+torch.compile modes, timed the same way in the same process.
 """
 import sys
 from pathlib import Path
@@ -29,6 +32,27 @@ def time_package(pkg: str) -> str:
             f"{len(raised)} raised to strict, {len(finer)} taken to a finer scheme")
 
 
-for pkg in sys.argv[1:]:
+def time_compiled(pkg: str) -> None:
+    """The route a bf16 user takes: the package's model cast to bf16 (float inputs too) under
+    torch.compile, Inductor's default mode and max-autotune-no-cudagraphs, timed alike."""
+    package = open_package(pkg)
+    module, _, inputs = bound_model(package, package.target)
+    module = module.bfloat16().eval()
+    inputs = [t.bfloat16() if t.is_floating_point() else t for t in inputs]
+    for mode in ("default", "max-autotune-no-cudagraphs"):
+        torch._dynamo.reset()
+        fn = torch.compile(module, mode=None if mode == "default" else mode)
+        with torch.no_grad():
+            fn(*inputs)
+            ms = triton.testing.do_bench(lambda: fn(*inputs), warmup=200, rep=1000)
+        print(f"torch.compile[bf16 model, {mode}]: {ms:.3f} ms a call", flush=True)
+        del fn
+        torch.cuda.empty_cache()
+
+
+args = [a for a in sys.argv[1:] if a != "--compiled"]
+for pkg in args:
     print(time_package(pkg), flush=True)
     torch.cuda.empty_cache()
+if "--compiled" in sys.argv[1:] and args:
+    time_compiled(args[0])
