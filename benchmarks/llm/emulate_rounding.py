@@ -211,6 +211,15 @@ def route_flips(ref_calls, calls, top_k: int) -> list[str]:
     return lines
 
 
+def _layer_of(name: str) -> int | None:
+    """The decoder layer index in a module name such as model.layers.3.self_attn.q_proj."""
+    parts = name.split(".")
+    for a, b in zip(parts, parts[1:]):
+        if a == "layers" and b.isdigit():
+            return int(b)
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,6 +232,9 @@ def main(argv=None) -> int:
     p.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     p.add_argument("--batch", type=int, default=None, help="KFORGE_LLM_BATCH (default: row's)")
     p.add_argument("--seq", type=int, default=None, help="KFORGE_LLM_SEQ (default: row's)")
+    p.add_argument("--qk-layers", default=None, metavar="I,J",
+                   help="only these decoder layers' (0-based) Q and K projections take the qk "
+                        "part's scheme; the others take linear's (default: every layer's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
@@ -242,8 +254,10 @@ def main(argv=None) -> int:
     model = module.Model("real").eval()
     inputs = module.get_inputs()
     experts = getattr(model.config, "num_local_experts", None)
+    qk_layers = {int(i) for i in args.qk_layers.split(",")} if args.qk_layers else None
     QK_WEIGHTS.update(id(m.weight) for name, m in model.named_modules()
-                      if name.endswith((".q_proj", ".k_proj")))
+                      if name.endswith((".q_proj", ".k_proj")) and
+                      (qk_layers is None or _layer_of(name) in qk_layers))
     LAST_EXPERTS[:] = [m for m in model.modules() if type(m).__name__ == "GptOssExperts"][-1:]
     modes = [parse_mode(m) for m in args.modes.split(",") if m]
     routers = RouterLog(model) if experts is not None else None
