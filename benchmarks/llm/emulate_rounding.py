@@ -51,6 +51,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("linear", "head", "qk", "router", "moe", "moelast", "attn")
 QK_WEIGHTS: set[int] = set()        # ids of the attention's q and k projection weights (main)
+ATTN_LAYERS: set[int] = set()       # --attn-layers: the layers whose attention takes `attn`
+CURRENT_LAYER = [None]              # the decoder layer running now (a pre-hook sets it)
 LAST_EXPERTS: list = []             # the last layer's experts module (main; gpt-oss)
 LINEAR = torch.nn.functional.linear          # the originals, whatever install() puts in their place
 SDPA = torch.nn.functional.scaled_dot_product_attention
@@ -147,9 +149,18 @@ def install(mode: dict, router_rows: int | None, vocab: int) -> None:
 
     torch.nn.functional.linear = rounded_linear if any(v != "none" for v in mode.values()) \
         else linear
-    torch.nn.functional.scaled_dot_product_attention = (
-        (lambda *a, **kw: attention(*a, **kw, scheme=mode["attn"])) if mode["attn"] != "none"
-        else SDPA)
+    def attn_scheme():
+        # --attn-layers: the other layers' attention takes the projections' scheme
+        if ATTN_LAYERS and CURRENT_LAYER[0] not in ATTN_LAYERS:
+            return mode["linear"]
+        return mode["attn"]
+
+    def rounded_attention(*a, **kw):
+        scheme = attn_scheme()
+        return SDPA(*a, **kw) if scheme == "none" else attention(*a, **kw, scheme=scheme)
+
+    torch.nn.functional.scaled_dot_product_attention = rounded_attention \
+        if mode["attn"] != "none" or ATTN_LAYERS else SDPA
     try:
         from transformers.models.gpt_oss import modeling_gpt_oss as oss
     except ImportError:
@@ -235,6 +246,9 @@ def main(argv=None) -> int:
     p.add_argument("--qk-layers", default=None, metavar="I,J",
                    help="only these decoder layers' (0-based) Q and K projections take the qk "
                         "part's scheme; the others take linear's (default: every layer's)")
+    p.add_argument("--attn-layers", default=None, metavar="I,J",
+                   help="only these decoder layers' attention takes the attn part's scheme; "
+                        "the others take linear's (default: every layer's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
@@ -258,6 +272,12 @@ def main(argv=None) -> int:
     QK_WEIGHTS.update(id(m.weight) for name, m in model.named_modules()
                       if name.endswith((".q_proj", ".k_proj")) and
                       (qk_layers is None or _layer_of(name) in qk_layers))
+    if args.attn_layers:
+        ATTN_LAYERS.update(int(i) for i in args.attn_layers.split(","))
+    for name, m in model.named_modules():
+        if name.endswith(".self_attn") and _layer_of(name) is not None:
+            m.register_forward_pre_hook(
+                lambda mod, a, i=_layer_of(name): CURRENT_LAYER.__setitem__(0, i))
     LAST_EXPERTS[:] = [m for m in model.modules() if type(m).__name__ == "GptOssExperts"][-1:]
     modes = [parse_mode(m) for m in args.modes.split(",") if m]
     routers = RouterLog(model) if experts is not None else None
