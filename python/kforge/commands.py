@@ -254,6 +254,9 @@ def cmd_tune(args) -> int:
     if fit is not None:
         last = fit.checks[-1]
         print("\n".join(last.lines()[:1]))
+        for h2, h, k in fit.split:
+            print(f"split off by the whole-model check: call {k + 1} of region {h} as region "
+                  f"{h2} (manifest site_regions)")
         for h, bits, finer in fit.tightened:
             print(f"taken to a finer scheme by the whole-model check: {h} (more than {bits} "
                   f"significant bits, the next is {finer}; manifest finer_schemes)")

@@ -24,7 +24,7 @@ strict one at a time until the model is within the policy:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -90,6 +90,10 @@ class ModelCheck:
     margin: Margin
     # region hash -> the margin with that region on its fp32 reference (attribution)
     without: dict[str, Margin] = field(default_factory=dict)
+    # (region hash, k) -> the margin with only the region's k-th call on its fp32 reference
+    # (regions called more than once: one per layer)
+    at_call: dict[tuple[str, int], Margin] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)       # region hash -> its calls
     kinds: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -104,8 +108,14 @@ class ModelCheck:
         if self.without:
             out.append("  with one region on its fp32 reference instead of its kernel:")
             for h, m in sorted(self.without.items(), key=lambda kv: kv[1].worst):
+                n = self.calls.get(h, 1)
                 out.append(f"    {h} {self.kinds.get(h, ''):12s} worst {m.worst:.3g}, "
-                           f"{m.rows_outside} rows outside")
+                           f"{m.rows_outside} rows outside"
+                           + (f" (all {n} calls)" if n > 1 else ""))
+                for (g, k), mk in sorted(self.at_call.items()):
+                    if g == h:
+                        out.append(f"      call {k + 1} of {n} alone: worst {mk.worst:.3g}, "
+                                   f"{mk.rows_outside} rows outside")
         return out
 
 
@@ -133,11 +143,14 @@ def _outputs(x) -> list[torch.Tensor]:
 
 
 def check_model(pkg, *, target: str | None = None, attribute: bool = False,
+                sites: bool = True,
                 say: Callable[[str], None] | None = None) -> ModelCheck:
     """The package (its verified kernels, the rest on references) against its eager model on the
     target's device, on the model file's inputs, under the package's policy; with `attribute`,
-    also once per kernel region not compiled strict, with that region on its fp32 reference."""
-    from kforge.package import open_package
+    also once per kernel region not compiled strict, with that region on its fp32 reference,
+    and (`sites`) for a region called more than once, once per call with that call alone on
+    it."""
+    from kforge.package import open_package, region_calls, retarget
     from kforge.reference import run_host_plan
     from kforge.runtime import CompiledModel, use_interpreter
     from kforge.selection import meets
@@ -178,6 +191,25 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
             check.without[h] = margin(out, ref, policy.atol, policy.rtol)
             check.kinds[h] = getattr(package.specs[h], "root_kind", "")
             del out
+            at = region_calls(package.plan).get(h, [])
+            check.calls[h] = len(at)
+            if not sites or len(at) < 2:
+                continue
+            for k, i in enumerate(at):
+                # the plan with only this call on the reference: it names a region of its own
+                # (the same spec), which has no kernel
+                alone = f"{h}@{k}"
+                steps = list(package.plan.steps)
+                steps[i] = retarget(steps[i], alone)
+                refs_k = dict(model.references)
+                if h in exact.references:
+                    refs_k[alone] = exact.references[h]
+                with torch.no_grad():
+                    out = run_host_plan(replace(package.plan, steps=tuple(steps)),
+                                        {**package.specs, alone: package.specs[h]}, inputs,
+                                        weights, kernels=model.kernels, references=refs_k)
+                check.at_call[(h, k)] = margin(out, ref, policy.atol, policy.rtol)
+                del out
     check.seconds = time.monotonic() - t0
     return check
 
@@ -216,6 +248,8 @@ class Fit:
     checks: list[ModelCheck]
     raised: list[str]
     tightened: list[tuple[str, int, int]] = field(default_factory=list)
+    # (new region, the region it was split from, its call k): calls split off to move alone
+    split: list[tuple[str, str, int]] = field(default_factory=list)
     note: str = ""
     limited: bool = False               # stopped by `limit`, not for want of a region to move
 
@@ -228,6 +262,30 @@ class Fit:
         return bool(self.checks) and self.checks[-1].ok
 
 
+def choose_step(check: ModelCheck, moved: list[str]) -> tuple[str, int | None, Margin] | None:
+    """What fit_model moves next: (region, None, margin) for the whole region, or (region, k,
+    margin) for its k-th call alone. Candidates are the regions not yet raised and, for regions
+    called more than once, each call. One that brings the model within the policy by itself
+    wins, fewest calls first; else the most error removed per call moved (a call alone moves a
+    third to a quarter of a layered region's work); where none lowers the error (two errors
+    that cancel in part: either one exact exposes the other's), still the whole region whose
+    exact result leaves the least, since the model with all of them strict is exact."""
+    now = check.margin.worst
+    whole = [(h, None, m, check.calls.get(h, 1)) for h, m in check.without.items()
+             if h not in moved]
+    calls = [(h, k, m, 1) for (h, k), m in check.at_call.items() if h not in moved]
+    within = [c for c in whole + calls if c[2].ok]
+    if within:
+        h, k, m, _ = min(within, key=lambda c: (c[3], c[2].worst))
+        return h, k, m
+    lower = [c for c in whole + calls if c[2].worst < now]
+    if lower:
+        h, k, m, _ = max(lower, key=lambda c: ((now - c[2].worst) / c[3], -c[3]))
+        return h, k, m
+    best = min(whole, key=lambda c: c[2].worst, default=None)
+    return None if best is None else best[:3]
+
+
 def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
               say: Callable[[str], None] | None = None, limit: int | None = None) -> Fit:
     """Check the whole model; while it is outside the package's policy, take the region whose
@@ -236,7 +294,8 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
     (which verifies its new kernel: tune_package's requalification) and check again. Stops
     when the model is within the policy, when every kernel region is strict, or after `limit`
     steps."""
-    from kforge.package import open_package, read_manifest, write_manifest
+    from kforge.package import (open_package, read_manifest, region_calls, split_site,
+                                write_manifest)
     say = say or (lambda m: None)
     fit = Fit([], [])
     while True:
@@ -249,19 +308,26 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
         if limit is not None and fit.steps >= limit:
             fit.note, fit.limited = f"stopped after {limit} steps", True
             return fit
-        # the region whose exact result leaves the least error; where none lowers it alone
-        # (two regions' errors that cancel each other in part: either one exact exposes the
-        # other's), still the best of them, since the model with all of them strict is exact
-        best = min(((h, m) for h, m in check.without.items() if h not in fit.raised),
-                   key=lambda kv: kv[1].worst, default=None)
+        best = choose_step(check, fit.raised)
         if best is None:
             fit.note = ("no kernel region left to raise: every one is strict already, so the "
                         "error is not the kernels' (the references, or fallback ops)")
             return fit
-        h, m = best
+        h, k, m = best
         found = (f"the whole-model check found the model outside the {check.policy} policy "
                  f"(worst element at {check.margin.worst:.3g} of its allowance; {m.worst:.3g} "
-                 "with this region exact)")
+                 f"with this {'call' if k is not None else 'region'} exact)")
+        if k is not None:
+            # one call of a shared region carries the error: it becomes a region of its own
+            step = region_calls(open_package(pkg).plan)[h][k]
+            h2 = split_site(pkg, h, step, f"{found}: one call of region {h}, split off to "
+                                          "move it alone")
+            k = read_manifest(pkg)["site_regions"][h2]["call"]     # among all its calls
+            fit.split.append((h2, h, k))
+            say(f"region {h}: call {k + 1} split off as region {h2} "
+                f"(worst {check.margin.worst:.3g} -> {m.worst:.3g} with that call exact; "
+                f"{check.without[h].worst:.3g} with every call exact)")
+            h = h2
         rung = next_rung(open_package(pkg), h)
         manifest = read_manifest(pkg)
         if rung is not None:
@@ -283,4 +349,4 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
 
 
 __all__ = ["Margin", "margin", "ModelCheck", "check_model", "Fit", "fit_model", "bound_model",
-           "next_rung"]
+           "next_rung", "choose_step"]

@@ -152,8 +152,11 @@ class Package:
         from kforge.spec import KernelStep
         if not self.linked:
             return set(self.specs)
+        # a region split off at a call runs its own kernel there, whatever its step kind: the
+        # link saw only the region it was split from
         return {s.kernel for s in self.plan.steps if isinstance(s, KernelStep)} | \
-            {h for h, spec in self.specs.items() if is_kernel_fallback(spec)}
+            {h for h, spec in self.specs.items() if is_kernel_fallback(spec)} | \
+            set(self.site_regions)
 
     @property
     def target(self) -> str:
@@ -177,6 +180,13 @@ class Package:
         if m.get("origin") and Path(m["origin"]).is_file():
             return Path(m["origin"])
         return None
+
+    @property
+    def site_regions(self) -> dict[str, str]:
+        """Regions split off a shared region at one of its calls (the manifest's
+        "site_regions", applied by open_package): new hash -> the region it was split from."""
+        return {h: rec["region"] for h, rec in (self.manifest.get(SITE_REGIONS) or {}).items()
+                if h in self.specs and isinstance(rec, dict) and rec.get("region") in self.specs}
 
     def region_hashes(self) -> list[str]:
         seen = []
@@ -215,7 +225,97 @@ def open_package(pkg: str | os.PathLike) -> Package:
         h = getattr(step, "call", None)
         if h and h not in specs:
             specs[h] = load_spec(root / "regions" / f"{h}.json")
-    return Package(root, meta, plan, specs, read_manifest(root), linked)
+    manifest = read_manifest(root)
+    plan, specs = apply_site_regions(plan, specs, manifest)
+    return Package(root, meta, plan, specs, manifest, linked)
+
+
+# ---------------------------------------------------------------------------------------------
+# Regions split at a call site
+# ---------------------------------------------------------------------------------------------
+# Layers of one shape share their regions: one hash, one kernel, called once per layer. The
+# whole-model check may find that one call of such a region carries the model's error (the first
+# decoder layer's, whose error the later layers carry forward). It then splits that call off as
+# a region of its own, with the same spec under a new hash, so that a finer kernel runs there
+# and the region's kernel stays at the other calls. The plan files are not rewritten (kforge-opt
+# re-links from the outlined IR, which knows only the shared region); the manifest's
+# "site_regions" {new hash: {"region": hash, "call": k, "why": ...}} says which call (k: the
+# region's k-th call in the plan, from 0) each split takes, and open_package applies it.
+SITE_REGIONS = "site_regions"
+
+
+def region_calls(plan) -> dict[str, list[int]]:
+    """Region hash -> the plan steps that call it, in order."""
+    calls: dict[str, list[int]] = {}
+    for i, step in enumerate(plan.steps):
+        h = getattr(step, "call", None)
+        if h:
+            calls.setdefault(h, []).append(i)
+    return calls
+
+
+def site_region_hash(h: str, call: int) -> str:
+    """The hash of region `h` split off at its `call`-th call: as long as a region hash, hex."""
+    return hashlib.sha256(f"{h}@{call}".encode()).hexdigest()[:max(len(h), 16)]
+
+
+def retarget(step, h: str):
+    """A plan step that calls region `h` instead (a call step or a linked kernel step)."""
+    from kforge.spec import KernelStep
+    return replace(step, kernel=h) if isinstance(step, KernelStep) else replace(step, call=h)
+
+
+def apply_site_regions(plan, specs: dict, manifest: dict):
+    """(plan, specs) with the manifest's split calls taking their own region hashes (a copy of
+    the spec under the new hash). A record that names no call of this plan is ignored."""
+    sites = manifest.get(SITE_REGIONS) or {}
+    if not sites:
+        return plan, specs
+    calls = region_calls(plan)            # the plan as linked: calls counted before any split
+    steps, specs = list(plan.steps), dict(specs)
+    for h2, rec in sorted(sites.items()):
+        if not isinstance(rec, dict):
+            continue
+        h, k = rec.get("region"), rec.get("call")
+        at = calls.get(h, [])
+        if h not in specs or not isinstance(k, int) or not 0 <= k < len(at) or len(at) < 2:
+            continue
+        steps[at[k]] = retarget(steps[at[k]], h2)
+        specs[h2] = replace(specs[h], hash=h2)
+    return replace(plan, steps=tuple(steps)), specs
+
+
+def split_site(pkg: Path, h: str, step: int, why: str) -> str:
+    """Split the call of region `h` at plan step `step` (of the plan open_package gives) off as
+    a region of its own (see SITE_REGIONS): the manifest records it, and the region's entry and
+    kernel file are copied to the new hash, so that the split call runs the same verified
+    kernel until `kforge tune` gives it another. Returns the new hash."""
+    pkg = Path(pkg)
+    package = open_package(pkg)
+    if getattr(package.plan.steps[step], "call", None) != h:
+        raise UserError(f"{pkg}: plan step {step} does not call region {h}")
+    # the call's place among the region's calls in the plan as linked, earlier splits included
+    base = package.site_regions
+    call = sum(1 for s in package.plan.steps[:step]
+               if getattr(s, "call", None) == h or base.get(getattr(s, "call", None)) == h)
+    h2 = site_region_hash(h, call)
+    manifest = read_manifest(pkg)
+    spec_file = pkg / "regions" / f"{h}.json"
+    if spec_file.is_file():       # for tools that read a region's spec by its hash
+        doc = json.loads(spec_file.read_text())
+        doc["hash"] = h2
+        atomic_write_text(pkg / "regions" / f"{h2}.json", json.dumps(doc, indent=1) + "\n")
+    entry = manifest["kernels"].get(h)
+    if entry is not None:
+        copy = json.loads(json.dumps(entry))
+        src = pkg / entry.get("source", "")
+        if entry.get("source") and src.is_file():
+            copy["source"] = f"kernels/{h2}/kernel.py"
+            atomic_write_text(pkg / copy["source"], src.read_text())
+        manifest["kernels"][h2] = copy
+    manifest.setdefault(SITE_REGIONS, {})[h2] = {"region": h, "call": call, "why": why}
+    write_manifest(pkg, manifest)
+    return h2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -160,6 +160,9 @@ class CompiledModel:
         tolerance = (policy.atol, policy.rtol)
         programs = {} if os.environ.get("KFORGE_ATEN_REGIONS") == "0" else \
             load_programs(self.package.root / "regions")
+        for h, base in self.package.site_regions.items():    # a split call: its region's
+            if base in programs:
+                programs[h] = programs[base]
         for h, spec in self.package.specs.items():
             if h in self.kernels or is_kernel_fallback(spec):
                 continue          # a kernel-backed fallback's reference is PyTorch's op already

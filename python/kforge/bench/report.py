@@ -237,6 +237,8 @@ def _kernels(k: dict) -> str:
     text = f"{info['regions_on_kernels']}/{info['regions_total']}"
     moved = info.get("moved_by_check") or {}
     parts = [f"{moved[key]} {key}" for key in ("finer", "strict") if moved.get(key)]
+    if moved.get("split"):          # calls of a shared region split off to move alone
+        parts.append(f"{moved['split']} call{'s' if moved['split'] > 1 else ''} split off")
     return text + (f" (check: {', '.join(parts)})" if parts else "")
 
 

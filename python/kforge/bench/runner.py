@@ -551,7 +551,8 @@ class Runner:
             c.info["regions_total"], c.info["regions_on_kernels"] = len(regions), len(kernels)
             manifest = getattr(getattr(c.fn, "package", None), "manifest", None) or {}
             moved = {"finer": len(manifest.get("finer_schemes") or {}),
-                     "strict": len(manifest.get("strict_regions") or {})}
+                     "strict": len(manifest.get("strict_regions") or {}),
+                     "split": len(manifest.get("site_regions") or {})}
             if any(moved.values()):      # by `kforge tune --check` (kforge.modelcheck)
                 c.info["moved_by_check"] = moved
         kr = ContenderResult(c.name, "ok", compile_s=c.compile_s, info=c.info)
