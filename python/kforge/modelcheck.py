@@ -14,7 +14,11 @@ strict one at a time until the model is within the policy:
   rows (an output's last dimension: a token's logits) outside it;
 * attribution: the same with one region at a time on its fp32 reference instead of its kernel,
   which says how much of the error that region carries;
-* fit_model: greedy: the region whose exact result leaves the least error goes one rung up:
+* per call: a region called more than once (once per layer) is also measured with one call
+  at a time on its reference; where one call carries the error, fit_model splits it off as a
+  region of its own (kforge.package.split_site, the manifest's "site_regions") and moves only
+  that call (choose_step says which move);
+* fit_model: greedy: the move (a region, or one call) that choose_step picks goes one rung up:
   to the next finer precision scheme of its own policy where one short of fp32-grade exists
   (a bf16 attention's fp16x1 -> fp16x3; the manifest's "finer_schemes", kforge.selection),
   else to strict (the manifest's "strict_regions", read by
@@ -288,8 +292,9 @@ def choose_step(check: ModelCheck, moved: list[str]) -> tuple[str, int | None, M
 
 def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
               say: Callable[[str], None] | None = None, limit: int | None = None) -> Fit:
-    """Check the whole model; while it is outside the package's policy, take the region whose
-    fp32 result leaves the least error one rung up (next_rung: a finer scheme of its policy,
+    """Check the whole model; while it is outside the package's policy, take the region (or
+    the one call of it, split off first) that choose_step picks one rung up (next_rung: a
+    finer scheme of its policy,
     recorded in the manifest's "finer_schemes"; else strict, in "strict_regions"), run `tune`
     (which verifies its new kernel: tune_package's requalification) and check again. Stops
     when the model is within the policy, when every kernel region is strict, or after `limit`

@@ -271,3 +271,133 @@ def test_tune_check_takes_attention_to_a_finer_scheme_before_strict(tmp_path, kf
     cell = report._kernels({"info": {"regions_total": 3, "regions_on_kernels": 3,
                                      "moved_by_check": {"finer": 1, "strict": 0}}})
     assert cell == "3/3 (check: 1 finer)", cell
+
+
+# One Linear region called twice (two layers' worth of the same shapes): its first call's input
+# lies in the orthogonal complement of its weight's rows, so that call's products cancel to ~0
+# and keep only their rounding error, far beyond bf16's allowance of that output; the second
+# call's output is ~100 and its error well inside. The outputs are returned apart, each with its
+# own allowance: the first call alone carries the model's error.
+SITES = textwrap.dedent('''
+    import torch
+
+
+    def _weights():
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(64, 128, generator=g), torch.randn(64, 128, generator=g)
+
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            w0, w1 = _weights()
+            self.a = torch.nn.Linear(128, 64, bias=False)
+            self.b = torch.nn.Linear(128, 64, bias=False)
+            with torch.no_grad():
+                self.a.weight.copy_(w0)
+                self.b.weight.copy_(w1)
+
+        def forward(self, x0, x1):
+            return self.a(x0), self.b(x1)
+
+
+    def get_inputs():
+        w0, _ = _weights()
+        g = torch.Generator().manual_seed(1)
+        q, _ = torch.linalg.qr(w0.t().double())
+        x0 = 10 * torch.randn(32, 128, generator=g).double()
+        x0 = (x0 - (x0 @ q) @ q.t()).float()
+        return [x0, 10 * torch.randn(32, 128, generator=g)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+
+def test_choose_step_prefers_the_cheapest_move_that_fixes_the_model():
+    from kforge.modelcheck import Margin, ModelCheck, choose_step
+
+    def m(worst):
+        return Margin(worst, int(worst > 1), 10, worst / 100)
+
+    check = ModelCheck("bf16", m(3.0), without={"a": m(0.5), "b": m(2.0)},
+                       at_call={("a", 0): m(0.9), ("a", 1): m(2.9), ("a", 2): m(3.0)},
+                       calls={"a": 3, "b": 1})
+    # one call of `a` fixes the model alone: it moves, not the three
+    assert choose_step(check, []) == ("a", 0, check.at_call[("a", 0)])
+    # nothing fixes it alone: the most error removed per call moved
+    check.without["a"], check.at_call[("a", 0)] = m(1.2), m(2.0)
+    assert choose_step(check, []) == ("b", None, check.without["b"])       # 1.0 for 1 call
+    check.at_call[("a", 0)] = m(1.8)                                       # 1.2 for 1 call
+    assert choose_step(check, []) == ("a", 0, check.at_call[("a", 0)])
+    # errors that cancel: no single move lowers the worst; the whole region that leaves least
+    check = ModelCheck("bf16", m(3.0), without={"a": m(3.5), "b": m(4.0)},
+                       at_call={("a", 0): m(6.0), ("a", 1): m(6.0)}, calls={"a": 2, "b": 1})
+    assert choose_step(check, []) == ("a", None, check.without["a"])
+    # a region already raised is not a candidate, whole or by call
+    assert choose_step(check, ["a"]) == ("b", None, check.without["b"])
+    assert choose_step(ModelCheck("bf16", m(3.0)), []) is None
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_tune_check_splits_off_the_one_call_that_carries_the_error(tmp_path, kforge_opt):
+    import shutil
+
+    from kforge.modelcheck import check_model
+    from kforge.package import open_package, read_manifest, region_calls, write_manifest
+    from kforge.runtime import CompiledModel, usable_kernels
+    from kforge.spec import KernelStep
+    pkg, cache = _compiled(tmp_path, SITES)
+    package = open_package(pkg)
+    ((h, at),) = region_calls(package.plan).items()
+    assert len(at) == 2, package.plan.steps
+    before = read_manifest(pkg)["kernels"][h]
+    check = check_model(pkg, attribute=True)
+    assert not check.ok and check.margin.worst > 5, check.lines()
+    # every call exact fixes it, and so does the first call alone; the second alone does not
+    assert check.without[h].ok and check.calls[h] == 2, check.lines()
+    assert check.at_call[(h, 0)].ok and not check.at_call[(h, 1)].ok, check.lines()
+    assert "call 1 of 2 alone" in "\n".join(check.lines())
+
+    tuned = _kforge("tune", pkg, "--check", cache=cache, check=False)
+    assert tuned.returncode == 0, f"{tuned.stderr}\n{tuned.stdout}"
+    manifest = read_manifest(pkg)
+    ((h2, rec),) = manifest["site_regions"].items()
+    assert rec["region"] == h and rec["call"] == 0 and h2 != h, rec
+    assert f"split off by the whole-model check: call 1 of region {h} as region {h2}" \
+        in tuned.stdout, tuned.stdout
+    # the split call moved up (its own kernel, verified); the region's other call kept its kernel
+    assert h2 in manifest.get("strict_regions", {}) or h2 in manifest.get("finer_schemes", {})
+    assert h not in manifest.get("strict_regions", {}) and \
+        h not in manifest.get("finer_schemes", {})
+    assert manifest["kernels"][h]["launch"] == before["launch"]
+    assert manifest["kernels"][h2]["verification"]["status"] == "verified"
+    assert manifest["kernels"][h2]["source"] == f"kernels/{h2}/kernel.py"
+    assert (pkg / "regions" / f"{h2}.json").is_file()
+    package = open_package(pkg)
+    assert [s.call for s in package.plan.steps if hasattr(s, "call")] == [h2, h]
+    assert package.site_regions == {h2: h} and package.specs[h2].hash == h2
+    assert {h, h2} <= set(usable_kernels(package, "cpu")) and \
+        {h, h2} <= package.kernel_hashes()
+    assert check_model(pkg).ok
+    # the runtime runs the split call on its own kernel; `kforge run --check` agrees
+    from kforge.runtime import package_weights
+    model = CompiledModel(package, package_weights(package), "cpu")
+    assert {h, h2} <= set(model.kernels)
+    run = _kforge("run", pkg, "--check", cache=cache)
+    assert "OK" in run.stdout, run.stdout
+    # kforge-opt re-links from the outlined IR (one region there); the split still applies
+    _kforge("link", pkg, cache=cache)
+    package = open_package(pkg)
+    assert [s.call for s in package.plan.steps if hasattr(s, "call")] == [h2, h]
+    assert all(isinstance(s, KernelStep) for s in package.plan.steps if hasattr(s, "call"))
+    # a record that names no call of the plan (edited, or another plan) is ignored
+    stale = tmp_path / "stale"
+    shutil.copytree(pkg, stale)
+    manifest = read_manifest(stale)
+    manifest["site_regions"][h2]["call"] = 7
+    write_manifest(stale, manifest)
+    package = open_package(stale)
+    assert [s.call for s in package.plan.steps if hasattr(s, "call")] == [h, h]
+    assert package.site_regions == {}
