@@ -180,6 +180,7 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
         exact = CompiledModel(package, weights, target, use_kernels=False,
                               compile_references=False)
         entries = package.manifest.get("kernels", {})
+        calls_of = region_calls(package.plan)
         for h in [h for h in package.region_hashes() if h in model.kernels]:
             held = entries.get(h, {}).get("precision", package.precision)
             if meets(held, "strict"):
@@ -195,13 +196,13 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
             check.without[h] = margin(out, ref, policy.atol, policy.rtol)
             check.kinds[h] = getattr(package.specs[h], "root_kind", "")
             del out
-            check.calls[h] = len(region_calls(package.plan).get(h, []))
+            check.calls[h] = len(calls_of.get(h, []))
         # call by call, for the `sites` regions called more than once whose exact result
         # leaves the least error (a 32-layer model would otherwise take 32 runs a region)
         shared = sorted((h for h in check.without if check.calls[h] > 1),
                         key=lambda h: check.without[h].worst)[:max(0, sites)]
         for h in shared:
-            for k, i in enumerate(region_calls(package.plan)[h]):
+            for k, i in enumerate(calls_of[h]):
                 say(f"region {h}: the model again with its call {k + 1} on its fp32 reference")
                 # the plan with only this call on the reference: it names a region of its own
                 # (the same spec), which has no kernel
@@ -302,8 +303,7 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
     (which verifies its new kernel: tune_package's requalification) and check again. Stops
     when the model is within the policy, when every kernel region is strict, or after `limit`
     steps."""
-    from kforge.package import (open_package, read_manifest, region_calls, split_site,
-                                write_manifest)
+    from kforge.package import open_package, read_manifest, split_site, write_manifest
     say = say or (lambda m: None)
     fit = Fit([], [])
     while True:
@@ -327,11 +327,9 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
                  f"with this {'call' if k is not None else 'region'} exact)")
         if k is not None:
             # one call of a shared region carries the error: it becomes a region of its own
-            step = region_calls(open_package(pkg).plan)[h][k]
-            h2 = split_site(pkg, h, step, f"{found}: one call of region {h}, split off to "
+            h2, k = split_site(pkg, h, k, f"{found}: one call of region {h}, split off to "
                                           "move it alone")
-            k = read_manifest(pkg)["site_regions"][h2]["call"]     # among all its calls
-            fit.split.append((h2, h, k))
+            fit.split.append((h2, h, k))      # k now among all the region's calls
             say(f"region {h}: call {k + 1} split off as region {h2} "
                 f"(worst {check.margin.worst:.3g} -> {m.worst:.3g} with that call exact; "
                 f"{check.without[h].worst:.3g} with every call exact)")

@@ -285,18 +285,20 @@ def apply_site_regions(plan, specs: dict, manifest: dict):
     return replace(plan, steps=tuple(steps)), specs
 
 
-def split_site(pkg: Path, h: str, step: int, why: str) -> str:
-    """Split the call of region `h` at plan step `step` (of the plan open_package gives) off as
-    a region of its own (see SITE_REGIONS): the manifest records it, and the region's entry and
-    kernel file are copied to the new hash, so that the split call runs the same verified
-    kernel until `kforge tune` gives it another. Returns the new hash."""
+def split_site(pkg: Path, h: str, k: int, why: str) -> tuple[str, int]:
+    """Split region `h`'s k-th call (from 0, in the plan open_package gives: as the whole-model
+    check numbers them) off as a region of its own (see SITE_REGIONS): the manifest records it,
+    and the region's entry and kernel file are copied to the new hash, so that the split call
+    runs the same verified kernel until `kforge tune` gives it another. Returns (the new hash,
+    the call's place among all the region's calls in the plan as linked, earlier splits
+    included)."""
     pkg = Path(pkg)
     package = open_package(pkg)
-    if getattr(package.plan.steps[step], "call", None) != h:
-        raise UserError(f"{pkg}: plan step {step} does not call region {h}")
-    # the call's place among the region's calls in the plan as linked, earlier splits included
+    at = region_calls(package.plan).get(h, [])
+    if not 0 <= k < len(at):
+        raise UserError(f"{pkg}: region {h} has no call {k + 1} in the plan")
     base = package.site_regions
-    call = sum(1 for s in package.plan.steps[:step]
+    call = sum(1 for s in package.plan.steps[:at[k]]
                if getattr(s, "call", None) == h or base.get(getattr(s, "call", None)) == h)
     h2 = site_region_hash(h, call)
     manifest = read_manifest(pkg)
@@ -315,7 +317,7 @@ def split_site(pkg: Path, h: str, step: int, why: str) -> str:
         manifest["kernels"][h2] = copy
     manifest.setdefault(SITE_REGIONS, {})[h2] = {"region": h, "call": call, "why": why}
     write_manifest(pkg, manifest)
-    return h2
+    return h2, call
 
 
 # ---------------------------------------------------------------------------------------------
