@@ -38,14 +38,17 @@ tail -25 "$OUT/fit.log"
 
 # 3. what the check cost: both states timed alike
 # BENCH=0: no bench; the bf16 model's two torch.compile modes are timed here instead
-$PY benchmarks/llm/time_package.py ${BENCH:+$([ "$BENCH" = 0 ] && echo --compiled)} /tmp/before "$P" \
+BENCH="${BENCH:-1}"
+COMPILED=""
+[ "$BENCH" = 0 ] && COMPILED=--compiled
+$PY benchmarks/llm/time_package.py $COMPILED /tmp/before "$P" \
   > "$OUT/time.log" 2>&1
 cat "$OUT/time.log"
 $PY benchmarks/llm/package_kernels.py "$P" > "$OUT/kernels.txt" 2>&1
 tar czf "$OUT/tuned.tgz" --exclude='*.safetensors' "$P"
 
 # 4. the checked package against the routes a user would take, in one run
-[ "${BENCH:-1}" = 0 ] || $PY -m kforge.cli bench "$WORKLOAD" --target cuda --precision bf16 --packages "$PACKAGES" \
+[ "$BENCH" = 0 ] || $PY -m kforge.cli bench "$WORKLOAD" --target cuda --precision bf16 --packages "$PACKAGES" \
   --no-tune --out "$OUT" --checkpoint "$OUT/partial.json" --min-reps "${MIN_REPS:-5}" \
   --rep-ms "${REP_MS:-50}" --deadline "$(( START + BUDGET_S - 20 ))" 2>&1 \
   | tee "$OUT/bench.log" | tail -30
