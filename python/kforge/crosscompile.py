@@ -67,6 +67,7 @@ PTX_OPS = {
     "wgmma": r"wgmma\.mma_async",
     "mma.sync": r"\bmma\.sync",
     "tma": r"cp\.async\.bulk\.tensor",
+    "tma_store": r"cp\.async\.bulk\.tensor\.\dd\.global\.shared",
     "shfl": r"shfl\.sync",
     "bar": r"\b(?:bar|barrier)\.sync",
     "cp.async": r"cp\.async\.(?:ca|cg)",

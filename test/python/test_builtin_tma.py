@@ -430,3 +430,81 @@ def test_tma_tiles_that_would_starve_the_sms_give_way_to_split_k(policy, monkeyp
     assert config_space(wide, "cuda", policy)[0].get("TMA")
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     assert any(c.get("TMA") for c in config_space(long_k, "cuda", policy))
+
+
+@pytest.mark.parametrize("policy,scheme,slices", [
+    ("bf16", None, 1), ("bf16", "fp16x1", 4), ("strict", "fp16x3", 2)])
+def test_tma_store_of_the_output_matches_tl_store_bit_for_bit(policy, scheme, slices,
+                                                              monkeypatch, tmp_path):
+    """TMA_STORE: the output slices go out through a descriptor made at the top of the kernel
+    (clipped at the ragged M and N edges by the copy itself, not by a mask) and land exactly
+    where tl.store puts them: same elements, same bits, and nothing past the edges (the
+    output is poisoned before the run by the checker)."""
+    import torch
+    from test_builtin import make_args
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=100)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16 * max(slices, 2), "BLOCK_K": 16, "GROUP_M": 2,
+              "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "TMA": True,
+              "input_precision": scheme, "EPI_SPLIT": slices}
+    outs = {}
+    for tma_store in (False, True):
+        cand = candidates(s, "cpu", policy, [dict(config, TMA_STORE=tma_store)])[0]
+        assert ("_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N" in cand.source) == tma_store
+        gemm = cand.source.split("_gemm(")[1].split("\ndef ")[0]
+        assert ("tl.store(" in gemm) != tma_store, gemm
+        assert not static_check(cand.source), static_check(cand.source)
+        check(cand, s, policy, tmp_path)
+        module = load_candidate(cand.source, tmp_path / f"store_{tma_store}.py")
+        outs[tma_store] = run_candidate(module, s, make_args(s, 0))
+    for a, b in zip(outs[False], outs[True]):
+        assert torch.equal(a, b), (a - b).abs().max()
+
+
+def test_tma_store_keeps_tl_store_where_rows_are_not_16_byte_aligned(monkeypatch, tmp_path):
+    """N % 4 != 0 (fp32 rows of 102 columns: a descriptor needs 16-byte strides): TMA_STORE
+    leaves the output to tl.store, and the candidate still matches the reference."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=40, K=24, N=102)
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
+              "num_warps": 4, "num_stages": 1, "TMA": True, "input_precision": "fp16x1",
+              "EPI_SPLIT": 2, "TMA_STORE": True}
+    cand = candidates(s, "cpu", "bf16", [config])[0]
+    gemm = cand.source.split("_gemm(")[1].split("\ndef ")[0]
+    assert "tl.store(" in gemm and "_desc.store(" not in gemm
+    check(cand, s, "bf16", tmp_path)
+
+
+def test_tma_store_in_a_region_with_an_elementwise_stage_after_the_product(monkeypatch,
+                                                                           tmp_path):
+    """The tiny Llama's Q projection + RoPE: the GEMM stores the product by TMA, and the RoPE
+    stage reads it back in its head-major layout; the candidate matches the reference."""
+    from kforge.spec import load_spec
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = load_spec(Path(__file__).parent / "fixtures" / "regions" / "tiny_llama_q_rope.json")
+    first = next(c for c in config_space(s, "cpu", "bf16")
+                 if c.get("TMA") and c.get("input_precision") == "fp16x1")
+    cand = candidates(s, "cpu", "bf16", [dict(first, BLOCK_N=64, EPI_SPLIT=2,
+                                              TMA_STORE=True)])[0]
+    gemm = cand.source.split("_gemm(")[1].split("\ndef ")[0]
+    assert "_desc.store(" in gemm and "tl.store(" not in gemm
+    check(cand, s, "bf16", tmp_path)
+
+
+def test_tma_store_compiles_to_a_bulk_store_for_sm90(monkeypatch, tmp_path):
+    """On sm_90 the descriptor store is a TMA bulk copy from shared memory (cp.async.bulk
+    .tensor ... global.shared), no spills, within the H200's shared memory at the first tile."""
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    xc = pytest.importorskip("kforge.crosscompile")
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=512)
+    first = next(c for c in config_space(s, "cuda", "bf16")
+                 if c.get("TMA") and c.get("input_precision") == "fp16x1")
+    cand = candidates(s, "cuda", "bf16", [dict(first, TMA_STORE=True)])[0]
+    assert "_desc.store(" in cand.source
+    reports = xc.compile_candidate(cand.source, s, 90, name="t")
+    assert reports and all(r.ok for r in reports), [r.error for r in reports]
+    gemm = next(r for r in reports if r.name.endswith("_gemm"))
+    assert gemm.mma == "wgmma" and gemm.spill_stores == 0
+    assert gemm.shared_bytes <= get_target("cuda").arch_info.shared_bytes
+    assert gemm.ptx_ops["tma_store"] > 0, gemm.ptx_ops

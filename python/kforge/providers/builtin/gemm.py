@@ -310,11 +310,35 @@ def _emit_grouped_tile(scope: Scope, tile: str) -> None:
     scope.emit(f"pid_n = ({tile} % group) // group_m")
 
 
+def _tma_store_outputs(b: Builder, top: Scope, con: Contraction, tile_index: tuple,
+                       outputs: list[str], epi_n: str) -> dict[str, str]:
+    """TMA_STORE: the outputs the persistent kernel stores through a descriptor (the slice
+    staged in shared memory, one bulk copy, clipped at M and N by the hardware) instead of
+    tl.store, each with its descriptor made at the top of the kernel. An output qualifies when
+    it is fp32, laid out as the product's [M, N] tile (stored at rm * N + rn) and N % 4 == 0
+    (16-byte rows); the others keep tl.store."""
+    spec, vc = b.spec, con.op.results[0]
+    M, N = con.extent(con.m), con.extent(con.n)
+    plain = ix.render(ix.add(ix.mul(ix.IVar("rm"), ix.const(N)), ix.IVar("rn")))
+    out = {}
+    for o in outputs:
+        t = spec.tensor(o)
+        index = tile_index_of(spec, vc, tile_index, o)
+        if index is None or t.dtype != "f32" or N % 4 or con.batch \
+                or math.prod(t.shape) != M * N or ix.render(ix.ravel(index, t.shape)) != plain:
+            continue
+        top.emit(f"{o}_desc = tl.make_tensor_descriptor({o}_out, shape=[{M}, {N}], "
+                 f"strides=[{N}, 1], block_shape=[BLOCK_M, {epi_n}])  # {o}, stored by TMA")
+        out[o] = f"{o}_desc"
+    return out
+
+
 def _emit_epilogue(b: Builder, em: Emitter, scope: Scope, con: Contraction, tile_index: tuple,
                    outputs: list[str], acc_dtype: str, tile_deps: frozenset,
-                   acc: str = "acc") -> None:
+                   acc: str = "acc", tma_out: dict | None = None) -> None:
     """The region's ops on the accumulator tile `acc` (bound in `scope`) and the stores of
-    `outputs`: reading the product inlines to the tile."""
+    `outputs`: reading the product inlines to the tile. `tma_out`: {output: (its descriptor,
+    the slice's first column)} for outputs stored by TMA (see _tma_store_outputs)."""
     spec, op = b.spec, con.op
     vc = op.results[0]
     vc_dtype = spec.tensor(vc).dtype
@@ -333,7 +357,11 @@ def _emit_epilogue(b: Builder, em: Emitter, scope: Scope, con: Contraction, tile
         if index is None:
             raise CannotGenerate(f"{o} does not have the contraction's shape")
         val = em.value(o, index, scope)
-        b.store(scope, em, o, f"{o}_out", index, val)
+        if o in (tma_out or {}) and {"rm", "rn"} <= set(val.deps) and val.dtype == "f32":
+            desc, col = tma_out[o]
+            scope.emit(f"{desc}.store([pid_m * BLOCK_M, {col}], {val.code})")
+        else:
+            b.store(scope, em, o, f"{o}_out", index, val)
 
 
 def build_cast_pass(b: Builder, shape: RegionShape, out: str, name: str) -> None:
@@ -508,6 +536,8 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
     p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
     tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    tma_out = _tma_store_outputs(b, top, con, tile_index, outputs, epi_n) \
+        if config.get("TMA_STORE") else {}
     accs = parts
     if epi_slices > len(accs):
         tile.emit(f"# the epilogue in {epi_slices} column slices of EPI_N (halves of halves: "
@@ -529,8 +559,9 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
             part.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
                       + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
             part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
+        col = "pid_n * BLOCK_N" + (f" + {i} * EPI_N" if epi_slices > 1 else "")
         _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
-                       acc=a)
+                       acc=a, tma_out={o: (d, col) for o, d in tma_out.items()})
         if part is not tile:
             part.close()
     tile.close()
