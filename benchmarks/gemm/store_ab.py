@@ -9,8 +9,12 @@ flushed, median):
   tma_store the same source with each slice's tl.store of the output replaced by a TMA
             descriptor store (what kernels/gemm.py's tma2 does)
   noflat    base with the tile loop not flattened
-  pass      the activation's split pass alone (the launch up to the GEMM)
-  cublas    torch.mm on bf16 copies of the operands, bf16 out (the bf16 model's GEMM)
+  pass      the launch without the GEMM (the activation's split pass, and any kernel after
+            the GEMM, such as a norm's rows kernel or RoPE's elementwise kernel)
+  sweep_*   (--sweep) base with other tiles, GROUP_M or stages on the GEMM's launch line
+  cublas    torch.mm on bf16 copies of the operands, bf16 out (the bf16 model's GEMM), and
+            with out_dtype=float32 (cuBLAS writing fp32, as KForge does)
+  tma_bf16out  tma_store writing a bf16 output (what the fp32 output costs)
 Each variant's output is compared with base's (max abs difference over max abs). The rewrites
 are textual and apply only where the store is the plain `tl.store(out + ((rm * N) + rn), x)`
 of an unmasked [M, N] fp32 output; other regions get base, pass and cublas only.
@@ -31,6 +35,11 @@ STORE = re.compile(r"^(\s*)tl\.store\((\w+) \+ \(\(rm \* (\d+)\) \+ rn\), (\w+)\
 SLICE = re.compile(r"rn = pid_n \* BLOCK_N \+ (\d+) \* EPI_N")
 MROWS = re.compile(r"num_pid_m = \((\d+) \+ BLOCK_M - 1\)")
 TILE_LOAD = re.compile(r"tl\.load\((\w+) \+ \(\(rm \* (\d+)\) \+ rn\)\)")
+
+
+SWEEP = {"g8": {"GROUP_M": 8}, "g32": {"GROUP_M": 32}, "s3": {"num_stages": 3},
+         "256x128": {"BLOCK_M": 256, "BLOCK_N": 128, "EPI_N": 32},
+         "256x128_s3": {"BLOCK_M": 256, "BLOCK_N": 128, "EPI_N": 32, "num_stages": 3}}
 
 
 def tma_store_source(src: str, loads: bool = False) -> str | None:
@@ -107,7 +116,9 @@ def main() -> int:
     ap.add_argument("package")
     ap.add_argument("hashes", nargs="+")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--sweep", default="", help="comma-separated hashes to try SWEEP's tiles on")
     o = ap.parse_args()
+    o.sweep = set(filter(None, o.sweep.split(",")))
     dev = torch.device("cuda")
     rows = []
     for h in o.hashes:
@@ -118,6 +129,14 @@ def main() -> int:
         t = tma_store_source(src)
         if t:
             variants["tma_store"] = t
+        if t:
+            # the same with a bf16 output: what writing fp32 costs over the bf16 model's output
+            outs = sorted(set(re.findall(r"(\w+)_out_desc\.store", t)))
+            b16 = re.sub(r"(\w+_out_desc\.store\(\[[^\]]*\], )(\w+)\)", r"\1\2.to(tl.bfloat16))", t)
+            for v in outs:
+                b16 = re.sub(rf"(\n\s*{v} = torch\.empty\([^\n]*dtype=torch\.)float32", r"\1bfloat16",
+                             b16)
+            variants["tma_bf16out"] = b16
         t2 = tma_store_source(src, loads=True)
         if t2 and t2 != t:
             variants["tma_io"] = t2
@@ -125,6 +144,14 @@ def main() -> int:
             variants["noflat"] = src.replace("flatten=True", "num_stages=1")
             if t:
                 variants["tma_noflat"] = t.replace("flatten=True", "num_stages=1")
+        if h in o.sweep:
+            # other tiles of the persistent kernel, by its launch line (EPI_N = BLOCK_N / 4)
+            launch = re.search(r"_gemm\[\(\d+,\)\]\([^\n]*", src).group(0)
+            for tag, sub in SWEEP.items():
+                new = launch
+                for k, v in sub.items():
+                    new = re.sub(rf"\b{k}=\d+", f"{k}={v}", new)
+                variants[f"sweep_{tag}"] = src.replace(launch, new)
         # the split pass alone: launch() up to (not including) the GEMM's launch
         head = re.sub(r"\n(\s*)(\w+_gemm\[.*)\n", r"\n\1pass  # \2\n", src)
         if head != src:
@@ -148,12 +175,16 @@ def main() -> int:
             print(json.dumps({k2: v for k2, v in row.items() if k2.startswith(k)}), flush=True)
         del ref
         # cuBLAS: the GEMM of the region on bf16 copies (activation [M, K], weight [N, K])
-        w_i = next(iter(weights))
+        w_i = next(i for i, t in weights.items() if t.dim() == 2)
         w = weights[w_i].to(torch.bfloat16)
         a_i = next(i for i, a in enumerate(spec["args"]) if not a.get("weight")
                    and a["shape"][-1] == w.shape[-1])
         a = args[a_i].reshape(-1, w.shape[-1]).to(torch.bfloat16)
         row["cublas_ms"] = bench(lambda: torch.mm(a, w.T))
+        try:                            # cuBLAS with an fp32 output (torch >= 2.9)
+            row["cublas_fp32out_ms"] = bench(lambda: torch.mm(a, w.T, out_dtype=torch.float32))
+        except Exception as e:          # noqa: BLE001 - not in this torch
+            row["cublas_fp32out_error"] = str(e)[:200]
         row["shape_mnk"] = [a.shape[0], w.shape[0], w.shape[1]]
         print(json.dumps(row), flush=True)
         rows.append(row)
