@@ -190,6 +190,7 @@ struct FormRegionsPass
     fusionOptions.maxOps = maxOps;
     fusionOptions.fuseProducers = fuseProducers;
     fusionOptions.standalone = standalone;
+    fusionOptions.siblingContractions = siblingContractions;
     fusionOptions.fuseElementwise = false;
     fusionOptions.fuseReductions = false;
     fusionOptions.fuseReshapes = false;

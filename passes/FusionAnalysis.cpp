@@ -428,6 +428,8 @@ FusionCandidateAnalysis::FusionCandidateAnalysis(Block &block,
   for (Operation &op : block)
     if (!groupOf.count(&op) && role(&op) == FusionRole::Anchor)
       grow(&op);
+  if (options.siblingContractions)
+    mergeSiblingContractions();
   if (options.standalone) {
     for (Operation &op : block) {
       if (groupOf.count(&op))
@@ -670,6 +672,72 @@ void FusionCandidateAnalysis::mergeSiblingGroups() {
       source.linalgOps = 0;
       changed = true;
     }
+  }
+}
+
+/// True when `a` and `b` read the same tensor (not a weight) as an input.
+static bool readSameInput(Operation *a, Operation *b) {
+  auto la = cast<linalg::LinalgOp>(a), lb = cast<linalg::LinalgOp>(b);
+  for (OpOperand *x : la.getDpsInputOperands())
+    for (OpOperand *y : lb.getDpsInputOperands())
+      if (x->get() == y->get() && isRankedTensor(x->get().getType()) &&
+          !isWeightDerived(x->get(), 0))
+        return true;
+  return false;
+}
+
+void FusionCandidateAnalysis::mergeSiblingContractions() {
+  for (unsigned from = 0; from < work.size(); ++from) {
+    Group &source = work[from];
+    // One contraction, and reshapes of its result.
+    Operation *contraction = nullptr;
+    bool lone = !source.ops.empty();
+    for (Operation *op : source.ops) {
+      if (role(op) == FusionRole::Anchor && getKind(op) == LinalgOpKind::Contraction &&
+          !contraction && op->getNumResults() == 1)
+        contraction = op;
+      else if (role(op) != FusionRole::Reshape)
+        lone = false;
+    }
+    if (!lone || !contraction)
+      continue;
+    // Every reader outside it is in one other group.
+    std::optional<unsigned> reader;
+    bool single = true;
+    for (Operation *op : source.ops) {
+      for (Operation *user : op->getUsers()) {
+        Operation *ancestor = block.findAncestorOpInBlock(*user);
+        if (ancestor && source.ops.contains(ancestor))
+          continue;
+        auto it = ancestor ? groupOf.find(ancestor) : groupOf.end();
+        single &= it != groupOf.end() && (!reader || *reader == it->second);
+        if (it != groupOf.end())
+          reader = it->second;
+      }
+    }
+    if (!reader || !single)
+      continue;
+    Group &target = work[*reader];
+    if (source.linalgOps + target.linalgOps > options.maxOps)
+      continue;
+    bool sibling = llvm::any_of(target.ops, [&](Operation *op) {
+      return role(op) == FusionRole::Anchor && getKind(op) == LinalgOpKind::Contraction &&
+             op->getNumResults() == 1 &&
+             op->getResult(0).getType() == contraction->getResult(0).getType() &&
+             readSameInput(op, contraction);
+    });
+    if (!sibling)
+      continue;
+    // The region stays where the reader is: the contraction's operands come before it, and
+    // nothing else reads the contraction.
+    for (Operation *op : source.ops) {
+      target.ops.insert(op);
+      groupOf[op] = *reader;
+    }
+    target.linalgOps += source.linalgOps;
+    target.position = std::max(target.position, source.position);
+    source.ops.clear();
+    source.linalgOps = 0;
   }
 }
 

@@ -20,6 +20,10 @@
 //  * A group without an anchor whose values only one later group reads is merged into that
 //    group, when their reductions are over the same rows: a sibling chain off a shared input,
 //    like torch-mlir's f32 mean of a layer norm beside its f64 variance, is one kernel with it.
+//  * A group that is one contraction (and reshapes) whose values only one other group reads is
+//    merged into it when that group's contraction reads an input of it too and has its result
+//    type: SwiGLU's `silu(x @ Wg^T) * (x @ Wu^T)` is one region, whose two products a kernel
+//    may compute from one pass over x.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KFORGE_FUSIONANALYSIS_H
@@ -48,6 +52,9 @@ struct FusionOptions {
   bool fuseReshapes = true;    ///< expand_shape / collapse_shape between them
   bool fuseProducers = true;   ///< recompute cheap producers inside
   bool standalone = true;      ///< regions for reductions/elementwise without an anchor
+  /// Merge a lone contraction into the one region that reads it when that region's own
+  /// contraction shares an input and the result type (sibling products, SwiGLU's gate and up).
+  bool siblingContractions = true;
 };
 
 /// What an op can be in a fusion region.
@@ -112,6 +119,7 @@ private:
 
   void grow(Operation *seed);
   void mergeSiblingGroups();
+  void mergeSiblingContractions();
   bool canMerge(unsigned from, unsigned into) const;
   bool canAdd(unsigned groupId, Operation *op);
   void add(unsigned groupId, Operation *op);

@@ -59,7 +59,10 @@ def KForgeFormRegions : Pass<"kforge-form-regions", "::mlir::ModuleOp"> {
     operands (fills, transposes, broadcasts, empties, small constants, reshapes of inputs) are
     recomputed inside the region. A region without an anchor whose values only one later region
     reads is merged into it when all their reductions are over the same rows (the f32 mean that
-    torch-mlir computes beside a layer norm's f64 variance). A value that is also used outside
+    torch-mlir computes beside a layer norm's f64 variance). A region that is one contraction,
+    read only by one other region whose contraction shares an input with it and has its result
+    type, is merged into that region (`sibling-contractions`: SwiGLU's `silu(x @ Wg^T) *
+    (x @ Wu^T)`, whose two products one kernel computes from one pass over x). A value that is also used outside
     the region stays available as a region result; no op is moved where that would break
     dominance; ops the analysis does not know stay outside, untouched.
 
@@ -93,6 +96,10 @@ def KForgeFormRegions : Pass<"kforge-form-regions", "::mlir::ModuleOp"> {
     Option<"standalone", "standalone", "bool", /*default=*/"true",
            "Also form regions around reductions and elementwise chains without a "
            "contraction or convolution">,
+    Option<"siblingContractions", "sibling-contractions", "bool", /*default=*/"true",
+           "Merge a lone contraction into the one region that reads it when that region's "
+           "contraction reads an input of it too and has its result type (SwiGLU's gate and "
+           "up projections: one region)">,
   ];
   let dependentDialects = ["::mlir::kforge::KForgeDialect",
                            "::mlir::linalg::LinalgDialect",

@@ -1,4 +1,5 @@
 // RUN: kforge-opt %s -split-input-file --kforge-form-regions | FileCheck %s
+// RUN: kforge-opt %s -split-input-file --kforge-form-regions="sibling-contractions=false" | FileCheck %s --check-prefix=NOSIB
 
 // A GEMM with a bias and ReLU epilogue: one region. The weight transpose, the fill and the
 // empties are recomputed inside; the weight itself is read as a region input.
@@ -231,13 +232,23 @@ func.func @two_layers(%x: tensor<4x8xf32>, %w1: tensor<8x8xf32>, %w2: tensor<8x8
 
 // -----
 
-// A gated MLP: silu(x W1) * (x W3). The gate's product joins the first GEMM's region and
-// reads the second GEMM's region result.
+// A gated MLP: silu(x W1) * (x W3). The second GEMM is one contraction that only the first
+// GEMM's region reads, and the first GEMM reads the same x with the same result type: sibling
+// products, one region (a kernel can compute both from one pass over x).
 // CHECK-LABEL: func.func @gated
-// CHECK: %[[UP:.*]] = kforge.fusion_region "contraction"
-// CHECK-SAME: fused = ["matmul"]
-// CHECK: kforge.fusion_region "contraction" ({{.*}}%[[UP]]{{.*}})
-// CHECK-SAME: fused = ["matmul", "silu", "mul"]
+// CHECK: %[[R:.*]] = kforge.fusion_region "contraction"
+// CHECK-SAME: fused = ["matmul", "silu", "matmul", "mul"]
+// CHECK-COUNT-2: linalg.matmul
+// CHECK: kforge.yield
+// CHECK-NOT: kforge.fusion_region
+// CHECK: return %[[R]]
+// With sibling-contractions=false the second GEMM keeps a region of its own, which the
+// first GEMM's region reads.
+// NOSIB-LABEL: func.func @gated
+// NOSIB: %[[UP:.*]] = kforge.fusion_region "contraction"
+// NOSIB-SAME: fused = ["matmul"]
+// NOSIB: kforge.fusion_region "contraction" ({{.*}}%[[UP]]{{.*}})
+// NOSIB-SAME: fused = ["matmul", "silu", "mul"]
 #map = affine_map<(d0, d1) -> (d0, d1)>
 func.func @gated(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>, %w3: tensor<8x16xf32>) -> tensor<4x16xf32> {
   %zero = arith.constant 0.0 : f32
@@ -539,4 +550,26 @@ func.func @padded_conv(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %n: ind
     tensor.yield %zero : f32
   } : tensor<1x3x8x8xf32> to tensor<1x3x?x8xf32>
   return %c, %q : tensor<1x4x8x8xf32>, tensor<1x3x?x8xf32>
+}
+
+// -----
+
+// Not siblings: the two products read different inputs (x and y), so the up projection keeps
+// its own region.
+// CHECK-LABEL: func.func @products_of_different_inputs
+// CHECK-COUNT-2: kforge.fusion_region "contraction"
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @products_of_different_inputs(%x: tensor<8x64xf32>, %y: tensor<8x64xf32>, %wg: tensor<64x32xf32>, %wu: tensor<64x32xf32>) -> tensor<8x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %g = linalg.matmul ins(%x, %wg : tensor<8x64xf32>, tensor<64x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %u = linalg.matmul ins(%y, %wu : tensor<8x64xf32>, tensor<64x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %h = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%g, %u : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%a: f32, %b: f32, %out: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<8x32xf32>
+  return %h : tensor<8x32xf32>
 }

@@ -46,6 +46,10 @@ class RegionShape:
     cols: int = 0
     materialize: list[str] = field(default_factory=list)
     stages: list["RegionShape"] = field(default_factory=list)   # on the first stage: all
+    # a sibling product of `contraction` (same A, same sizes and maps, another weight as B)
+    # whose result the stage's epilogue reads: SwiGLU's gate beside its up projection. A kernel
+    # may compute both from one pass over A (see sibling_stage), or the partner's GEMM first.
+    partner: Contraction | None = None
 
     @property
     def stores(self) -> list[str]:
@@ -166,9 +170,59 @@ def analyze_region(spec: KernelSpec, cut: int = FUSED) -> RegionShape:
     stages = [st for st in stages if st.stores]
     if not stages:
         raise CannotGenerate("the region computes nothing")
+    stages = _pair_siblings(spec, stages)
     first = stages[0]
     first.stages = stages
     return first
+
+
+def siblings(spec: KernelSpec, c1: Contraction, c2: Contraction) -> bool:
+    """Two products of one A (the same tensor, read by the same map) with the same sizes and
+    maps, no batch, each B a weight of its own: one pass over A serves both."""
+    o1, o2 = c1.op, c2.op
+    return (not c1.batch and not c2.batch and c1.sizes == c2.sizes
+            and (c1.a, c1.b, c1.m, c1.n, c1.k) == (c2.a, c2.b, c2.m, c2.n, c2.k)
+            and o1.operands[c1.a] == o2.operands[c2.a]
+            and o1.indexing_maps == o2.indexing_maps
+            and len(o1.body.stmts) == len(o2.body.stmts)
+            and weight_source(spec, o1.operands[c1.b]) is not None
+            and weight_source(spec, o2.operands[c2.b]) is not None
+            and spec.tensor(o1.results[0]).dtype == spec.tensor(o2.results[0]).dtype)
+
+
+def _pair_siblings(spec: KernelSpec, stages: list[RegionShape]) -> list[RegionShape]:
+    """A GEMM stage that only materializes its product for the next GEMM stage, whose
+    contraction is its sibling (`siblings`), becomes that stage's `partner`: one stage, two
+    products of one A."""
+    out: list[RegionShape] = []
+    for st in stages:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.kind == "gemm" and st.kind == "gemm"
+                and prev.partner is None and st.partner is None
+                and not prev.reductions and not prev.outputs
+                and prev.materialize == [prev.contraction.op.results[0]]
+                and siblings(spec, prev.contraction, st.contraction)
+                and not any(prev.materialize[0] in later.materialize or
+                            prev.materialize[0] in later.outputs
+                            for later in stages[stages.index(st) + 1:])):
+            st.partner = prev.contraction
+            out[-1] = st
+            continue
+        out.append(st)
+    return out
+
+
+def unpaired(stage: RegionShape) -> list[RegionShape]:
+    """A stage with a partner as the two stages it was: the partner's GEMM storing its product,
+    then the stage reading it (for kernels that compute one product at a time)."""
+    if stage.partner is None:
+        return [stage]
+    p = stage.partner.op.results[0]
+    first = RegionShape("gemm", [], contraction=stage.partner, materialize=[p])
+    second = RegionShape(stage.kind, list(stage.outputs), contraction=stage.contraction,
+                         reductions=list(stage.reductions), rows=stage.rows, cols=stage.cols,
+                         materialize=list(stage.materialize))
+    return [first, second]
 
 
 def _storable(spec: KernelSpec, stage: RegionShape, value: str, cut: int = FUSED) -> bool:

@@ -14,7 +14,8 @@ from kforge.providers.builtin.builder import Builder, COL, ROW, ops_comment, sto
 from kforge.providers.builtin.emitter import (BF16_RNE, TL_DTYPES, WIDE_OFFSETS, CannotGenerate,
                                               ColumnSpace, Emitter, KVar, Scope, Val, compose,
                                               domain_sizes)
-from kforge.providers.builtin.schemes import FP16X3, FP16_SCHEMES, tf32_scheme, tma_eligible
+from kforge.providers.builtin.schemes import (FP16X1, FP16X3, FP16_SCHEMES, tf32_scheme,
+                                              tma_eligible)
 from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 
 
@@ -335,10 +336,12 @@ def _tma_store_outputs(b: Builder, top: Scope, con: Contraction, tile_index: tup
 
 def _emit_epilogue(b: Builder, em: Emitter, scope: Scope, con: Contraction, tile_index: tuple,
                    outputs: list[str], acc_dtype: str, tile_deps: frozenset,
-                   acc: str = "acc", tma_out: dict | None = None) -> None:
+                   acc: str = "acc", tma_out: dict | None = None,
+                   bound: dict | None = None) -> None:
     """The region's ops on the accumulator tile `acc` (bound in `scope`) and the stores of
     `outputs`: reading the product inlines to the tile. `tma_out`: {output: (its descriptor,
-    the slice's first column)} for outputs stored by TMA (see _tma_store_outputs)."""
+    the slice's first column)} for outputs stored by TMA (see _tma_store_outputs). `bound`:
+    {(value, its tile index): Val} of other values already on the tile (a partner's product)."""
     spec, op = b.spec, con.op
     vc = op.results[0]
     vc_dtype = spec.tensor(vc).dtype
@@ -351,6 +354,10 @@ def _emit_epilogue(b: Builder, em: Emitter, scope: Scope, con: Contraction, tile
         acc_val = em.define(scope, tile_deps | init.deps, f"{acc_val.code} + {init.code}",
                             vc_dtype, "the contraction's initial value")
     scope.cache[("value", vc, tile_index, 0)] = acc_val
+    for (name, index), val in (bound or {}).items():
+        if spec.tensor(name).dtype != "f32":
+            raise CannotGenerate(f"{name}: a product bound on the tile is fp32")
+        scope.cache[("value", name, index, 0)] = val
     scope.emit("# epilogue on the accumulator tile")
     for o in outputs:
         index = tile_index_of(spec, vc, tile_index, o)
@@ -455,15 +462,35 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
         raise CannotGenerate(f"EPI_SPLIT {epi_slices}: 1, 2 or 4 slices of at least 16 of the "
                              f"tile's {BN} columns")
     epi_n = "BLOCK_N" if epi_slices == 1 else "EPI_N"
+    # a partner (SwiGLU's gate beside its up projection): its product from the same A tiles
+    # into a second accumulator over the same columns, its own weight by a second descriptor;
+    # the epilogue reads it where the region reads the partner's result
+    partner = shape.partner
+    weight_p = None
+    if partner is not None:
+        if n_parts > 1 or tf32 or scheme not in (None, FP16X1) or fuse_rows:
+            raise CannotGenerate("a partner product: bf16 or fp16x1 operands, one column part, "
+                                 "no fused row reduction")
+        if not tma_eligible(spec, target, b.precision, RegionShape("gemm", [],
+                                                                   contraction=partner),
+                            scheme):
+            raise CannotGenerate(f"{partner.op.name}: the partner's weight does not fit TMA")
+        weight_p = weight_source(spec, partner.op.operands[partner.b])
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
              "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", epi_n))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
     em = b.emitter(kvars, columns)
     em.loads.setdefault(a16, set()).add("dot")
     em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
+    if weight_p is not None:
+        if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
+            raise CannotGenerate("a partner product: both products start from zero")
+        em.loads.setdefault(weight_p, set()).add("dot")
     if scheme in FP16_SCHEMES:
         em.loads.setdefault(f"{op.results[0]}_as", set()).add("other")
         b.fp16_weights[weight] = ((0,), planes)         # [hi (, lo) plane, column exponents]
+        if weight_p is not None:
+            b.fp16_weights[weight_p] = ((0,), planes)
     top = Scope(None)
     tiles = -(-M // BM) * -(-N // BN)
     programs = max(1, min(tiles, target.compute_units))
@@ -476,6 +503,9 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     w_rows = "BLOCK_N" if n_parts == 1 else "EPI_N"
     top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{planes * N}, "
              f"{K}], strides=[{K}, 1], block_shape=[{w_rows}, BLOCK_K])")
+    if weight_p is not None:
+        top.emit(f"w2_desc = tl.make_tensor_descriptor({em.pointers[weight_p]}, shape=[{N}, {K}]"
+                 f", strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])  # the partner's weight")
     # FLATTEN: one software pipeline over (tile, K step), the next tile's loads in flight
     # during this tile's epilogue (tma2's); else only the K loop is pipelined. Flattened, the
     # epilogue's store takes a buffer of the slice it converts beside the stages (sm_90
@@ -492,7 +522,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     if epi_slices == 1:
         tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
     parts = [f"acc_{j}" for j in range(n_parts)] if n_parts > 1 else ["acc"]
-    for a in parts:
+    for a in parts + (["acc_p"] if weight_p is not None else []):
         tile.emit(f"{a} = tl.full([BLOCK_M, {w_rows}], 0.0, tl.float32)")
     loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
     if scheme == FP16X3:
@@ -527,6 +557,14 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
             loop.emit(f"acc = tl.dot(a, w.T, acc)  # {op.name}")
         else:               # the interpreter: 16-bit values, fp32 products
             loop.emit(f"acc = tl.dot(a.to(tl.float32), w.T.to(tl.float32), acc)  # {op.name}")
+        if weight_p is not None:
+            loop.emit(f"w_p = w2_desc.load([pid_n * BLOCK_N, k0])  # {weight_p} [N, K] tile: "
+                      "the partner's product from the same A tile")
+            if target.bf16_dot_ok:
+                loop.emit(f"acc_p = tl.dot(a, w_p.T, acc_p)  # {partner.op.name}")
+            else:
+                loop.emit("acc_p = tl.dot(a.to(tl.float32), w_p.T.to(tl.float32), acc_p)  # "
+                          f"{partner.op.name}")
     loop.close()
     if scheme in FP16_SCHEMES:
         tile.emit("# undo the power-of-two operand scales (exact): A's row scales, the "
@@ -539,16 +577,25 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     tma_out = _tma_store_outputs(b, top, con, tile_index, outputs, epi_n) \
         if config.get("TMA_STORE") else {}
     accs = parts
+    accs_p = ["acc_p"] if weight_p is not None else []
     if epi_slices > len(accs):
         tile.emit(f"# the epilogue in {epi_slices} column slices of EPI_N (halves of halves: "
                   "reshape, permute, split)")
     while len(accs) < epi_slices:
-        halves = []
-        for a in accs:
+        halves, halves_p = [], []
+        for a in accs + accs_p:
             tile.emit(f"{a}_0, {a}_1 = tl.split(tl.permute(tl.reshape({a}, (BLOCK_M, 2, "
                       f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
-            halves += [f"{a}_0", f"{a}_1"]
-        accs = halves
+            (halves_p if a in accs_p else halves).extend([f"{a}_0", f"{a}_1"])
+        accs, accs_p = halves, halves_p
+    tile_index_p = None
+    if weight_p is not None:
+        pp = dict(zip(partner.m, ix.unravel(ix.IVar("rm"),
+                                            [partner.sizes[d] for d in partner.m])))
+        pp.update(zip(partner.n, ix.unravel(ix.IVar("rn"),
+                                            [partner.sizes[d] for d in partner.n])))
+        tile_index_p = tuple(compose(r, pp) for r in
+                             partner.op.indexing_maps[partner.op.num_inputs].results)
     for i, a in enumerate(accs):
         part = tile
         if epi_slices > 1:
@@ -559,9 +606,19 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
             part.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
                       + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
             part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
+            if weight_p is not None:
+                part.emit(f"e_b = tl.load({em.pointers[weight_p]} + {planes * N * K} + rn"
+                          + (f", mask=rn < {N}, other=0.0)" if N % BN else ")")
+                          + ".to(tl.int32)  # the partner weight's column exponents")
+                part.emit(f"{accs_p[i]} = {accs_p[i]} * s_a * ((e_b + 127) << 23).to("
+                          "tl.float32, bitcast=True)")
         col = "pid_n * BLOCK_N" + (f" + {i} * EPI_N" if epi_slices > 1 else "")
+        bound = {}
+        if weight_p is not None:
+            bound[(partner.op.results[0], tile_index_p)] = Val(
+                accs_p[i], frozenset({"rm", "rn"}), "f32")
         _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
-                       acc=a, tma_out={o: (d, col) for o, d in tma_out.items()})
+                       acc=a, tma_out={o: (d, col) for o, d in tma_out.items()}, bound=bound)
         if part is not tile:
             part.close()
     tile.close()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from kforge.providers.builtin.analysis import RegionShape, analyze_region, weight_source
+from kforge.providers.builtin.analysis import (RegionShape, analyze_region, unpaired,
+                                               weight_source)
 from kforge.providers.builtin.builder import Builder
 from kforge.providers.builtin.emitter import CannotGenerate
 from kforge.providers.builtin.gemm import (build_cast_pass, build_gemm, build_split_pass,
@@ -62,6 +63,14 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
     if stage.kind == "rows":
         build_rows(b, outputs, stage.rows, stage.cols, config, f"{stem}_rows")
         return
+    if stage.partner is not None and not _both_products_in_one_kernel(stage, config):
+        # the partner's GEMM first, storing its product (its scheme the configuration's), then
+        # this stage reading it
+        first, stage = unpaired(stage)
+        _build_stage(b, first, _partner_config(spec, target, b.precision, first, config),
+                     f"{stem}_p")
+        for v in first.materialize:
+            b.temporaries.setdefault(v, None)
     con = stage.contraction
     vc = con.op.results[0]
     vc_numel = math.prod(spec.tensor(vc).shape)
@@ -128,6 +137,27 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         _epilogues(b, outputs, config, stem)
     else:
         build_gemm(b, stage, outputs, config, f"{stem}_gemm", fuse)
+
+
+def _both_products_in_one_kernel(stage: RegionShape, config: dict) -> bool:
+    """The persistent TMA kernel computes a stage's product and its partner's from one pass
+    over A (bf16 operands or fp16x1, no split-K, no row reduction); every other kernel computes
+    one product at a time."""
+    return (bool(config.get("TMA")) and config.get("input_precision") in (None, "fp16x1")
+            and config.get("SPLIT_K", 1) == 1 and not config.get("N_PARTS")
+            and not stage.reductions)
+
+
+def _partner_config(spec, target, precision: str, first: RegionShape, config: dict) -> dict:
+    """The partner's GEMM where it runs alone: the first tile of the configuration's scheme
+    (the scheme the tuner or the whole-model check chose applies to both products)."""
+    if "input_precision" not in config:
+        return _default_config(spec, target, precision, first)
+    scheme = config["input_precision"]
+    configs = stage_configs(spec, target, precision, first, scheme)
+    if not configs:
+        raise CannotGenerate(f"no {scheme} configuration for the partner's GEMM")
+    return dict(configs[0], input_precision=scheme)
 
 
 def _epilogues(b: Builder, outputs: list[str], config: dict, stem: str) -> None:
