@@ -116,9 +116,11 @@ def main() -> int:
     ap.add_argument("package")
     ap.add_argument("hashes", nargs="+")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default="", help="comma-separated variants to time (e.g. base)")
     ap.add_argument("--sweep", default="", help="comma-separated hashes to try SWEEP's tiles on")
     o = ap.parse_args()
     o.sweep = set(filter(None, o.sweep.split(",")))
+    o.only = set(filter(None, o.only.split(",")))
     dev = torch.device("cuda")
     rows = []
     for h in o.hashes:
@@ -156,6 +158,8 @@ def main() -> int:
         head = re.sub(r"\n(\s*)(\w+_gemm\[.*)\n", r"\n\1pass  # \2\n", src)
         if head != src:
             variants["pass"] = head
+        if o.only:
+            variants = {k: v for k, v in variants.items() if k in o.only}
         args, weights = inputs(spec, dev)
         mods = {k: load(v, f"{h}_{k}") for k, v in variants.items()}
         prepared = mods["base"].prepare_weights(weights)

@@ -62,6 +62,9 @@ class Builder:
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
         self.tma = False                             # in-kernel TMA descriptors
+        # a partner's weight read through its sibling's: weight -> (partner weight, rows a
+        # block, N, K); prepare_weights interleaves their rows (host.PAIR_WEIGHTS)
+        self.paired_weights: dict[str, tuple[str, int, int, int]] = {}
 
     def snapshot(self) -> dict:
         """The bookkeeping so far, to undo a kernel that could not be generated."""

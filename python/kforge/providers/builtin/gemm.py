@@ -462,15 +462,20 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
         raise CannotGenerate(f"EPI_SPLIT {epi_slices}: 1, 2 or 4 slices of at least 16 of the "
                              f"tile's {BN} columns")
     epi_n = "BLOCK_N" if epi_slices == 1 else "EPI_N"
-    # a partner (SwiGLU's gate beside its up projection): its product from the same A tiles
-    # into a second accumulator over the same columns, its own weight by a second descriptor;
-    # the epilogue reads it where the region reads the partner's result
+    # a partner (SwiGLU's gate beside its up projection): prepare_weights interleaves the two
+    # weights' rows in blocks of HALF = BLOCK_N / 2 (paired_weights), so that one tile's
+    # product holds HALF columns of this product and the same HALF columns of the partner's,
+    # read through one descriptor by the kernel's one dot; the epilogue's slices in the first
+    # half are this product's, those in the second the partner's, bound where the region reads
+    # the partner's result
     partner = shape.partner
     weight_p = None
     if partner is not None:
-        if n_parts > 1 or tf32 or scheme not in (None, FP16X1) or fuse_rows:
+        if n_parts > 1 or tf32 or scheme not in (None, FP16X1) or fuse_rows \
+                or epi_slices < 2 or N % (BN // 2):
             raise CannotGenerate("a partner product: bf16 or fp16x1 operands, one column part, "
-                                 "no fused row reduction")
+                                 "no fused row reduction, 2 or 4 slices, N a multiple of "
+                                 "BLOCK_N / 2")
         if not tma_eligible(spec, target, b.precision, RegionShape("gemm", [],
                                                                    contraction=partner),
                             scheme):
@@ -485,7 +490,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     if weight_p is not None:
         if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
             raise CannotGenerate("a partner product: both products start from zero")
-        em.loads.setdefault(weight_p, set()).add("dot")
+        b.paired_weights[weight] = (weight_p, BN // 2, N, K)
     if scheme in FP16_SCHEMES:
         em.loads.setdefault(f"{op.results[0]}_as", set()).add("other")
         b.fp16_weights[weight] = ((0,), planes)         # [hi (, lo) plane, column exponents]
@@ -496,16 +501,19 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     programs = max(1, min(tiles, target.compute_units))
     top.emit("pid = tl.program_id(0)")
     top.emit(f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M")
-    top.emit(f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N")
+    if weight_p is not None:        # a tile: BLOCK_N / 2 output columns of each product
+        top.emit(f"num_pid_n = {N} // (BLOCK_N // 2)")
+    else:
+        top.emit(f"num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N")
     top.emit("group = GROUP_M * num_pid_n")
     top.emit(f"a_desc = tl.make_tensor_descriptor({em.pointers[a16]}, shape=[{planes * M}, "
              f"{K}], strides=[{K}, 1], block_shape=[BLOCK_M, BLOCK_K])")
     w_rows = "BLOCK_N" if n_parts == 1 else "EPI_N"
-    top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{planes * N}, "
-             f"{K}], strides=[{K}, 1], block_shape=[{w_rows}, BLOCK_K])")
-    if weight_p is not None:
-        top.emit(f"w2_desc = tl.make_tensor_descriptor({em.pointers[weight_p]}, shape=[{N}, {K}]"
-                 f", strides=[{K}, 1], block_shape=[BLOCK_N, BLOCK_K])  # the partner's weight")
+    w_n = 2 * N if weight_p is not None else planes * N     # paired: both weights' rows
+    top.emit(f"w_desc = tl.make_tensor_descriptor({em.pointers[weight]}, shape=[{w_n}, "
+             f"{K}], strides=[{K}, 1], block_shape=[{w_rows}, BLOCK_K])"
+             + (f"  # {weight}'s rows and {weight_p}'s, interleaved by BLOCK_N / 2"
+                if weight_p is not None else ""))
     # FLATTEN: one software pipeline over (tile, K step), the next tile's loads in flight
     # during this tile's epilogue (tma2's); else only the K loop is pipelined. Flattened, the
     # epilogue's store takes a buffer of the slice it converts beside the stages (sm_90
@@ -522,7 +530,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     if epi_slices == 1:
         tile.emit("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
     parts = [f"acc_{j}" for j in range(n_parts)] if n_parts > 1 else ["acc"]
-    for a in parts + (["acc_p"] if weight_p is not None else []):
+    for a in parts:
         tile.emit(f"{a} = tl.full([BLOCK_M, {w_rows}], 0.0, tl.float32)")
     loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
     if scheme == FP16X3:
@@ -557,14 +565,6 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
             loop.emit(f"acc = tl.dot(a, w.T, acc)  # {op.name}")
         else:               # the interpreter: 16-bit values, fp32 products
             loop.emit(f"acc = tl.dot(a.to(tl.float32), w.T.to(tl.float32), acc)  # {op.name}")
-        if weight_p is not None:
-            loop.emit(f"w_p = w2_desc.load([pid_n * BLOCK_N, k0])  # {weight_p} [N, K] tile: "
-                      "the partner's product from the same A tile")
-            if target.bf16_dot_ok:
-                loop.emit(f"acc_p = tl.dot(a, w_p.T, acc_p)  # {partner.op.name}")
-            else:
-                loop.emit("acc_p = tl.dot(a.to(tl.float32), w_p.T.to(tl.float32), acc_p)  # "
-                          f"{partner.op.name}")
     loop.close()
     if scheme in FP16_SCHEMES:
         tile.emit("# undo the power-of-two operand scales (exact): A's row scales, the "
@@ -577,17 +577,19 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     tma_out = _tma_store_outputs(b, top, con, tile_index, outputs, epi_n) \
         if config.get("TMA_STORE") else {}
     accs = parts
-    accs_p = ["acc_p"] if weight_p is not None else []
     if epi_slices > len(accs):
         tile.emit(f"# the epilogue in {epi_slices} column slices of EPI_N (halves of halves: "
                   "reshape, permute, split)")
     while len(accs) < epi_slices:
-        halves, halves_p = [], []
-        for a in accs + accs_p:
+        halves = []
+        for a in accs:
             tile.emit(f"{a}_0, {a}_1 = tl.split(tl.permute(tl.reshape({a}, (BLOCK_M, 2, "
                       f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
-            (halves_p if a in accs_p else halves).extend([f"{a}_0", f"{a}_1"])
-        accs, accs_p = halves, halves_p
+            halves += [f"{a}_0", f"{a}_1"]
+        accs = halves
+    accs_p = []
+    if weight_p is not None:        # the second half's slices: the partner's product
+        accs, accs_p = accs[:epi_slices // 2], accs[epi_slices // 2:]
     tile_index_p = None
     if weight_p is not None:
         pp = dict(zip(partner.m, ix.unravel(ix.IVar("rm"),
@@ -598,21 +600,25 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
                              partner.op.indexing_maps[partner.op.num_inputs].results)
     for i, a in enumerate(accs):
         part = tile
+        first = "pid_n * BLOCK_N" if weight_p is None else "pid_n * (BLOCK_N // 2)"
         if epi_slices > 1:
             part = Scope(tile, binds={"rn"}, depth=2,
                          header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
-            part.emit(f"rn = pid_n * BLOCK_N + {i} * EPI_N + tl.arange(0, EPI_N)[None, :]")
-        if scheme in FP16_SCHEMES:
+            part.emit(f"rn = {first} + {i} * EPI_N + tl.arange(0, EPI_N)[None, :]")
+        if scheme in FP16_SCHEMES and weight_p is None:
             part.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
                       + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
             part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
-            if weight_p is not None:
-                part.emit(f"e_b = tl.load({em.pointers[weight_p]} + {planes * N * K} + rn"
-                          + (f", mask=rn < {N}, other=0.0)" if N % BN else ")")
-                          + ".to(tl.int32)  # the partner weight's column exponents")
-                part.emit(f"{accs_p[i]} = {accs_p[i]} * s_a * ((e_b + 127) << 23).to("
-                          "tl.float32, bitcast=True)")
-        col = "pid_n * BLOCK_N" + (f" + {i} * EPI_N" if epi_slices > 1 else "")
+        elif scheme in FP16_SCHEMES:
+            # the paired weight's column exponents, interleaved as its rows: this product's
+            # at the tile's first half, the partner's at its second
+            for acc_name, at in ((a, f"pid_n * BLOCK_N + {i} * EPI_N"),
+                                 (accs_p[i], f"pid_n * BLOCK_N + BLOCK_N // 2 + {i} * EPI_N")):
+                part.emit(f"e_b = tl.load({em.pointers[weight]} + {2 * N * K} + {at} + "
+                          "tl.arange(0, EPI_N)[None, :]).to(tl.int32)")
+                part.emit(f"{acc_name} = {acc_name} * s_a * ((e_b + 127) << 23).to(tl.float32, "
+                          "bitcast=True)")
+        col = first + (f" + {i} * EPI_N" if epi_slices > 1 else "")
         bound = {}
         if weight_p is not None:
             bound[(partner.op.results[0], tile_index_p)] = Val(

@@ -3,6 +3,8 @@ once at load) and the module source that defines the kernels and `launch`.
 """
 from __future__ import annotations
 
+import textwrap
+
 from kforge.providers.builtin.analysis import RegionShape
 from kforge.providers.builtin.builder import Builder, ops_comment
 from kforge.providers.builtin.emitter import TORCH_DTYPES, combine_function
@@ -87,6 +89,28 @@ def prepare_weights(weights, block=1 << 24):
 """
 
 
+# Sibling products (SwiGLU's gate and up, gemm.py's partner): each weight prepared as above, then
+# their rows interleaved in blocks of `half` ([rows 0..half of the first, rows 0..half of the
+# second, rows half..2 half of the first, ...]), fp16x1's column exponents the same way after
+# the plane: one tile of the GEMM reads half its columns from each through one descriptor. The
+# second weight's own copy is dropped (its argument is not read).
+PAIR_WEIGHTS = """\
+def prepare_weights(weights):
+    # sibling products' weights, prepared each (above), then interleaved in blocks of rows
+    out = _prepare_each(weights)
+    for i, (j, half, n, k) in PAIRED_WEIGHTS.items():
+        a, b = out[i].reshape(-1), out[j].reshape(-1)
+        blocks = lambda t: t[:n * k].view(n // half, half, k)
+        parts = [torch.stack((blocks(a), blocks(b)), 1).reshape(-1)]
+        if a.numel() > n * k:           # fp16x1: the column exponents after the plane
+            parts.append(torch.stack((a[n * k:].view(n // half, half),
+                                      b[n * k:].view(n // half, half)), 1).reshape(-1))
+        out[i] = torch.cat(parts) if len(parts) > 1 else parts[0].view(2 * n, k)
+        out[j] = b.new_empty(0)
+    return out
+"""
+
+
 def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
     spec, target = b.spec, b.target
     args = [a.name for a in spec.args]
@@ -108,22 +132,36 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
     for k in b.kernels:
         lines += ["", k.source()]
     prepared = []
+    partners = {p for p, *_ in b.paired_weights.values()}
     if b.precision == "bf16" and not config.get("input_precision"):
         for i, a in enumerate(spec.args):
-            if a.weight and b.dot_loads.get(a.name) == {"dot"} and a.dtype == "f32":
+            if a.weight and a.dtype == "f32" and (b.dot_loads.get(a.name) == {"dot"}
+                                                  or a.name in partners):
                 prepared.append(i)
     split = [i for i, a in enumerate(spec.args) if a.name in b.split_weights]
     fp16 = {i: b.fp16_weights[a.name] for i, a in enumerate(spec.args)
             if a.name in b.fp16_weights}
+    prep = None
     if fp16:
-        lines += ["", FP16_PREPARE_WEIGHTS.replace("FP16_WEIGHTS", repr(fp16))]
+        prep = FP16_PREPARE_WEIGHTS.replace("FP16_WEIGHTS", repr(fp16))
     elif prepared:
-        lines += ["", "def prepare_weights(weights):",
-                  "    # weights read only as matrix operands are cast to bf16 once, at load",
-                  f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else w)"
-                  " for i, w in weights.items()}", ""]
+        prep = ("def prepare_weights(weights):\n"
+                "    # weights read only as matrix operands are cast to bf16 once, at load\n"
+                f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else w)"
+                " for i, w in weights.items()}\n")
     elif split:
-        lines += ["", TF32_PREPARE_WEIGHTS.replace("TF32_WEIGHTS", repr(tuple(split)))]
+        prep = TF32_PREPARE_WEIGHTS.replace("TF32_WEIGHTS", repr(tuple(split)))
+    if prep and b.paired_weights:
+        # the weights prepared each by the function above (nested: all of prepare_weights'
+        # work stays in prepare_weights), then paired
+        index = {a.name: i for i, a in enumerate(spec.args)}
+        pairs = {index[w]: (index[p], half, n, k)
+                 for w, (p, half, n, k) in b.paired_weights.items()}
+        each = textwrap.indent(prep.replace("def prepare_weights(", "def _prepare_each("), "    ")
+        head, body = PAIR_WEIGHTS.replace("PAIRED_WEIGHTS", repr(pairs)).split("\n", 1)
+        prep = f"{head}\n{each}{body}"
+    if prep:
+        lines += ["", prep]
     lines += ["", f"def launch({', '.join(args)}):"]
     lines.append(f"    for t in ({', '.join(args)}{',' if len(args) == 1 else ''}):")
     lines.append("        if not t.is_contiguous():")

@@ -141,11 +141,14 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
 
 def _both_products_in_one_kernel(stage: RegionShape, config: dict) -> bool:
     """The persistent TMA kernel computes a stage's product and its partner's from one pass
-    over A (bf16 operands or fp16x1, no split-K, no row reduction); every other kernel computes
-    one product at a time."""
+    over A (bf16 operands or fp16x1, no split-K, no row reduction, the epilogue in 2 or 4
+    slices, N a multiple of half the tile: gemm.py's paired weights); every other kernel
+    computes one product at a time."""
+    con = stage.contraction
     return (bool(config.get("TMA")) and config.get("input_precision") in (None, "fp16x1")
             and config.get("SPLIT_K", 1) == 1 and not config.get("N_PARTS")
-            and not stage.reductions)
+            and not stage.reductions and config.get("EPI_SPLIT", 1) in (2, 4)
+            and con.extent(con.n) % (config["BLOCK_N"] // 2) == 0)
 
 
 def _partner_config(spec, target, precision: str, first: RegionShape, config: dict) -> dict:

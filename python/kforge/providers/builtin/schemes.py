@@ -338,11 +338,12 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         # (third: the tile as it was before the slices, measured on the H200 2026-12-04/05,
         # for the tuner to fall back on where the new pipeline times slower)
         if stage.partner is not None:
-            # two products a tile (a partner's accumulator beside): 128 x 128 columns of each,
-            # the registers and the shared memory a stage of one 128 x 256 tile takes
-            own = [_cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2, FLATTEN=True),
-                   _cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2),
-                   _cfg_tile(128, 128, 64, 8, 3, 16)]
+            # two products a tile (the weights' rows interleaved by 128): 128 columns of each
+            # in one 128 x 256 accumulator, one dot a K step, the epilogue in 4 slices (2 of
+            # each product); whole-tile epilogues have no slices to pair
+            own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
+                   _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4),
+                   _cfg_tile(128, 256, 64, 8, 3, 16, EPI_SPLIT=2)]
         elif M > 512:
             own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
                    _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4),
