@@ -463,19 +463,20 @@ def _big_spec(tmp_path, builder, **sizes):
     return load_spec(next(tmp_path.glob("*.json")))
 
 
-@pytest.mark.parametrize("K", [24, 8200])
-def test_split_pass_reads_a_row_once_up_to_8192_columns(K, tmp_path):
-    """The fp16 split pass keeps a row of at most 8192 columns in registers (one read, its max
-    and its planes from the same values) and loops over longer rows twice; both match the
-    reference under strict (fp16x3) and bf16 (fp16x1)."""
+@pytest.mark.parametrize("K", [24, 14336, 16400])
+def test_split_pass_reads_a_row_once_up_to_16384_columns(K, tmp_path):
+    """The fp16 split pass keeps a row of at most 16384 columns in registers (one read, its max
+    and its planes from the same values; Llama-3-8B's down projection, K = 14336) and loops
+    over longer rows twice; both match the reference under strict (fp16x3) and bf16
+    (fp16x1)."""
     s = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=3, K=K, N=8)
     for precision, scheme in (("strict", "fp16x3"), ("bf16", "fp16x1")):
         cands = [c for c in candidates(s, "cpu", precision)
                  if c.config.get("input_precision") == scheme][:1]
         assert cands
         split = cands[0].source.split("_split_a(")[1].split("@triton.jit")[0]
-        assert ("xr = " in split) == (K <= 8192)
-        assert split.count("tl.load(arg0") == (1 if K <= 8192 else 2)
+        assert ("xr = " in split) == (K <= 16384)
+        assert split.count("tl.load(arg0") == (1 if K <= 16384 else 2)
         check(cands[0], s, precision, tmp_path)
 
 

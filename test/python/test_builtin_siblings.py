@@ -1,9 +1,10 @@
 """Sibling contractions (SwiGLU's gate and up projections, one region since
 --kforge-form-regions merges them): the builtin pairs the two products as one GEMM stage with a
 partner. The persistent TMA kernel computes both from one pass over A, through one descriptor
-over the two weights' rows interleaved by prepare_weights; every other kernel runs the
-partner's GEMM first. Runs under the Triton interpreter against the float64 reference and
-compiles for sm_90."""
+over the two weights' rows interleaved by prepare_weights (PAIRED configurations, offered with
+KFORGE_BUILTIN_PAIRED=1: not timed on a GPU yet); every other configuration runs the partner's
+GEMM first. Runs under the Triton interpreter against the float64 reference and compiles for
+sm_90."""
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,7 @@ def interpreter(monkeypatch):
 def _config(scheme, slices, block_n, **extra):
     return {"BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": 16, "GROUP_M": 2, "SPLIT_K": 1,
             "num_warps": 4, "num_stages": 1, "TMA": True, "input_precision": scheme,
-            "EPI_SPLIT": slices, **extra}
+            "EPI_SPLIT": slices, "PAIRED": True, **extra}
 
 
 def test_sibling_products_are_one_stage_with_a_partner():
@@ -58,8 +59,8 @@ def test_paired_kernel_computes_both_products_from_one_pass(scheme, slices, bloc
     assert not static_check(src), static_check(src)
     if scheme:
         check(cand, s, "bf16", tmp_path)
-    # the same products one at a time (whole-tile epilogue: no slices to pair)
-    alone = candidates(s, "cpu", "bf16", [_config(scheme, 1, block_n)])[0]
+    # the same products one at a time (not PAIRED)
+    alone = candidates(s, "cpu", "bf16", [_config(scheme, slices, block_n, PAIRED=False)])[0]
     assert alone.source.count("_gemm[") == 2
     args = make_args(s, 0)
     got = run_candidate(load_candidate(src, tmp_path / "paired.py"), s, args)[0]
@@ -83,7 +84,8 @@ def test_paired_weights_interleave_rows_and_drop_the_partners_copy(monkeypatch, 
     out = module.prepare_weights(dict(weights))
     # each weight prepared alone: the same candidate's source without the pairing
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
-    alone = load_candidate(candidates(s, "cpu", "bf16", [_config("fp16x1", 1, 32)])[0].source,
+    alone = load_candidate(candidates(s, "cpu", "bf16",
+                                      [_config("fp16x1", 2, 32, PAIRED=False)])[0].source,
                            tmp_path / "alone.py")
     each = alone.prepare_weights(dict(weights))
     assert out[wg].numel() == 0
@@ -108,16 +110,30 @@ def test_other_kernels_run_the_partners_gemm_first(tmp_path):
         check(cand, s, precision, tmp_path)
 
 
+def test_by_default_each_product_runs_the_stages_tma_tile(tmp_path):
+    """Without KFORGE_BUILTIN_PAIRED the first configuration at a prefill shape is the
+    single-product TMA tile, and the partner's GEMM runs first with that same tile: the
+    kernels the two regions had before they were merged (two passes, two persistent GEMMs)."""
+    s = _big_spec(tmp_path / "sw", "swiglu", M=1024, K=512, N=1024)
+    first = config_space(s, "cuda", "bf16")[0]
+    assert first.get("TMA") and not first.get("PAIRED")
+    src = candidates(s, "cuda", "bf16", [first])[0].source
+    assert src.count("_gemm[") == 2 and src.count("for tile in tl.range(pid, ") == 2
+    assert src.count("_split_a[") == 2 and "interleaved" not in src
+
+
 def test_paired_tiles_first_on_hopper_and_compile_without_spills(monkeypatch, tmp_path):
-    """On sm_90 the paired 128 x 256 tile (128 columns of each product) comes first under
-    bf16 at a prefill shape and compiles to wgmma with TMA copies, no spills, within the
-    H200's shared memory."""
+    """With KFORGE_BUILTIN_PAIRED=1, on sm_90 the paired 128 x 256 tile (128 columns of each
+    product) comes first under bf16 at a prefill shape and compiles to wgmma with TMA copies,
+    no spills, within the H200's shared memory."""
     pytest.importorskip("triton.backends.nvidia.compiler")
     xc = pytest.importorskip("kforge.crosscompile")
     from kforge.targets import get_target
+    monkeypatch.setenv("KFORGE_BUILTIN_PAIRED", "1")
     s = _big_spec(tmp_path / "sw", "swiglu", M=1024, K=512, N=1024)
     first = config_space(s, "cuda", "bf16")[0]
-    assert first.get("TMA") and first["BLOCK_N"] == 256 and first["EPI_SPLIT"] == 4
+    assert first.get("TMA") and first.get("PAIRED") and first["BLOCK_N"] == 256
+    assert first["EPI_SPLIT"] == 4
     cand = candidates(s, "cuda", "bf16", [first])[0]
     assert cand.source.count("_gemm[") == 1
     reports = xc.compile_candidate(cand.source, s, 90, name="t")

@@ -19,7 +19,12 @@ from kforge.providers.builtin.schemes import (FP16X1, FP16X3, FP16_SCHEMES, tf32
 from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 
 
-SPLIT_ONE_BLOCK = 8192     # the split pass reads a row of at most this many columns once
+# the split pass reads a row of at most this many columns once (in registers: 64 fp32 values a
+# thread at 16 warps); longer rows twice. H200 2026-12-06: a Llama-3-8B down projection's pass
+# over [16384, 14336] read twice (blocks of 2048, the second read mostly not from L2) took, with
+# the region's norm kernel, 0.96 ms of a 3.73 ms region (benchmarks/results/
+# 2026-12-06b-h200-gemm-regions)
+SPLIT_ONE_BLOCK = 16384
 
 
 def build_split_pass(b: Builder, shape: RegionShape, side: str, planes: str, scale: str,
@@ -38,12 +43,12 @@ def _emit_split_pass(b: Builder, shape: RegionShape, side: str, planes: str, sca
                      name: str, rows: int, K: int, lo: bool = True) -> None:
     c = shape.contraction
     op = c.op
-    # a row of up to 8192 columns is one block, read once (its max, then its planes, from the
-    # same registers); longer rows loop over blocks of 2048 twice (the second read from L2)
+    # a row of up to SPLIT_ONE_BLOCK columns is one block, read once (its max, then its planes,
+    # from the same registers); longer rows loop over blocks of 2048 twice
     single = K <= SPLIT_ONE_BLOCK
     BC = 1 << (K - 1).bit_length() if single else 2048
     BR = max(1, min(2048 // BC, 1 << (rows - 1).bit_length()))
-    warps = 8 if BC >= 4096 else 4
+    warps = 16 if BC >= 16384 else 8 if BC >= 4096 else 4
     row_mask = "row_mask" if rows % BR else None
     col_mask = "col_mask" if K % BC else None
     kvars = {"rows": KVar("rows", row_mask, ROW), "cols": KVar("cols", col_mask, COL)}

@@ -19,7 +19,8 @@ from kforge.providers.builtin.gemm import (build_cast_pass, build_gemm, build_sp
 from kforge.providers.builtin.host import assemble
 from kforge.providers.builtin.rows import build_elementwise, build_rows
 from kforge.providers.builtin.schemes import (FP16X3, FP16_SCHEMES, fp16x3_eligible,
-                                              gemm_input_precisions, stage_configs)
+                                              gemm_input_precisions, stage_configs,
+                                              tma_configs)
 from kforge.spec import KernelSpec
 
 
@@ -140,23 +141,30 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
 
 
 def _both_products_in_one_kernel(stage: RegionShape, config: dict) -> bool:
-    """The persistent TMA kernel computes a stage's product and its partner's from one pass
-    over A (bf16 operands or fp16x1, no split-K, no row reduction, the epilogue in 2 or 4
-    slices, N a multiple of half the tile: gemm.py's paired weights); every other kernel
-    computes one product at a time."""
+    """A PAIRED configuration of the persistent TMA kernel (schemes.PAIRED_ENV) computes a
+    stage's product and its partner's from one pass over A (bf16 operands or fp16x1, no
+    split-K, no row reduction, the epilogue in 2 or 4 slices, N a multiple of half the tile:
+    gemm.py's paired weights); every other configuration computes one product at a time."""
     con = stage.contraction
-    return (bool(config.get("TMA")) and config.get("input_precision") in (None, "fp16x1")
+    return (bool(config.get("PAIRED")) and bool(config.get("TMA"))
+            and config.get("input_precision") in (None, "fp16x1")
             and config.get("SPLIT_K", 1) == 1 and not config.get("N_PARTS")
             and not stage.reductions and config.get("EPI_SPLIT", 1) in (2, 4)
             and con.extent(con.n) % (config["BLOCK_N"] // 2) == 0)
 
 
 def _partner_config(spec, target, precision: str, first: RegionShape, config: dict) -> dict:
-    """The partner's GEMM where it runs alone: the first tile of the configuration's scheme
-    (the scheme the tuner or the whole-model check chose applies to both products)."""
+    """The partner's GEMM where it runs alone: the configuration itself where it is a TMA
+    tile of the partner's (the two products have the same sizes), else the first tile of the
+    configuration's scheme (the scheme the tuner or the whole-model check chose applies to
+    both products)."""
+    scheme = config.get("input_precision")
+    if config.get("TMA") and not config.get("PAIRED") and config in [
+            dict(c, input_precision=scheme) if scheme else c
+            for c in tma_configs(spec, target, precision, first, scheme)]:
+        return dict(config)
     if "input_precision" not in config:
         return _default_config(spec, target, precision, first)
-    scheme = config["input_precision"]
     configs = stage_configs(spec, target, precision, first, scheme)
     if not configs:
         raise CannotGenerate(f"no {scheme} configuration for the partner's GEMM")

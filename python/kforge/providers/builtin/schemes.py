@@ -201,6 +201,17 @@ TMA_ENV = "KFORGE_BUILTIN_TMA"
 TMA_DEFAULT = True
 
 
+# Sibling products (a stage with a partner: SwiGLU's gate and up) computed by one persistent
+# kernel from one pass over A, the weights' rows interleaved (gemm.py, config key PAIRED): only
+# with KFORGE_BUILTIN_PAIRED=1, first then. Not timed on a GPU yet: its main loop is the
+# 128x256 kernel's (sm_90 cross-compile: 169 registers, no spills, 229408 bytes of shared
+# memory, as that kernel), but a first version with two accumulators ran slower than the two
+# products one after the other on the H200 (7.66 against about 6.5 ms at Llama-3-8B's 16384 x
+# 14336 x 4096). By default the partner's GEMM runs first with the stage's tile, then the
+# stage: the kernels the two regions had before they were merged.
+PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
+
+
 def tma_wanted(target) -> bool:
     """Whether the persistent TMA kernel is offered: KFORGE_BUILTIN_TMA=0/1, else TMA_DEFAULT on
     GPUs (the interpreter runs it only when asked: tested, not timed)."""
@@ -337,13 +348,13 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         M = con.extent(con.m)
         # (third: the tile as it was before the slices, measured on the H200 2026-12-04/05,
         # for the tuner to fall back on where the new pipeline times slower)
-        if stage.partner is not None:
+        if stage.partner is not None and os.environ.get(PAIRED_ENV) == "1":
             # two products a tile (the weights' rows interleaved by 128): 128 columns of each
             # in one 128 x 256 accumulator, one dot a K step, the epilogue in 4 slices (2 of
-            # each product); whole-tile epilogues have no slices to pair
-            own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
-                   _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4),
-                   _cfg_tile(128, 256, 64, 8, 3, 16, EPI_SPLIT=2)]
+            # each product), then 2 slices with 3 stages
+            own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True, PAIRED=True),
+                   _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, PAIRED=True),
+                   _cfg_tile(128, 256, 64, 8, 3, 16, EPI_SPLIT=2, PAIRED=True)]
         elif M > 512:
             own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
                    _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4),
