@@ -20,10 +20,11 @@ from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 
 
 # the split pass reads a row of at most this many columns once (in registers: 64 fp32 values a
-# thread at 16 warps); longer rows twice. H200 2026-12-06: a Llama-3-8B down projection's pass
-# over [16384, 14336] read twice (blocks of 2048, the second read mostly not from L2) took, with
-# the region's norm kernel, 0.96 ms of a 3.73 ms region (benchmarks/results/
-# 2026-12-06b-h200-gemm-regions)
+# thread at 16 warps; sm_90 cross-compile at K = 14336: 53 registers, no spills); longer rows
+# twice. Raised from 8192 for Llama-3-8B's down projection (K = 14336), whose pass read each
+# row twice in blocks of 2048: on the H200 (2026-12-06, benchmarks/results/
+# 2026-12-06b-h200-gemm-regions) that pass and the region's norm kernel took 0.96 ms of a
+# 3.73 ms region. The one-read pass itself is not timed on a GPU yet.
 SPLIT_ONE_BLOCK = 16384
 
 
