@@ -639,6 +639,18 @@ bool FusionCandidateAnalysis::canMerge(unsigned from, unsigned into) const {
   return true;
 }
 
+void FusionCandidateAnalysis::moveGroup(unsigned from, unsigned into) {
+  Group &source = work[from], &target = work[into];
+  for (Operation *op : source.ops) {
+    target.ops.insert(op);
+    groupOf[op] = into;
+  }
+  target.linalgOps += source.linalgOps;
+  target.position = std::max(target.position, source.position);
+  source.ops.clear();
+  source.linalgOps = 0;
+}
+
 void FusionCandidateAnalysis::mergeSiblingGroups() {
   bool changed = true;
   while (changed) {
@@ -661,15 +673,7 @@ void FusionCandidateAnalysis::mergeSiblingGroups() {
       }
       if (!reader || !single || !canMerge(from, *reader))
         continue;
-      Group &source = work[from], &target = work[*reader];
-      for (Operation *op : source.ops) {
-        target.ops.insert(op);
-        groupOf[op] = *reader;
-      }
-      target.linalgOps += source.linalgOps;
-      target.position = std::max(target.position, source.position);
-      source.ops.clear();
-      source.linalgOps = 0;
+      moveGroup(from, *reader);
       changed = true;
     }
   }
@@ -730,14 +734,7 @@ void FusionCandidateAnalysis::mergeSiblingContractions() {
       continue;
     // The region stays where the reader is: the contraction's operands come before it, and
     // nothing else reads the contraction.
-    for (Operation *op : source.ops) {
-      target.ops.insert(op);
-      groupOf[op] = *reader;
-    }
-    target.linalgOps += source.linalgOps;
-    target.position = std::max(target.position, source.position);
-    source.ops.clear();
-    source.linalgOps = 0;
+    moveGroup(from, *reader);
   }
 }
 

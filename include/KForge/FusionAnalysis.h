@@ -120,6 +120,8 @@ private:
   void grow(Operation *seed);
   void mergeSiblingGroups();
   void mergeSiblingContractions();
+  /// Moves every op of group `from` into group `into` (placed where the later of the two was).
+  void moveGroup(unsigned from, unsigned into);
   bool canMerge(unsigned from, unsigned into) const;
   bool canAdd(unsigned groupId, Operation *op);
   void add(unsigned groupId, Operation *op);
