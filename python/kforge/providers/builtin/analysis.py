@@ -48,7 +48,8 @@ class RegionShape:
     stages: list["RegionShape"] = field(default_factory=list)   # on the first stage: all
     # a sibling product of `contraction` (same A, same sizes and maps, another weight as B)
     # whose result the stage's epilogue reads: SwiGLU's gate beside its up projection. A kernel
-    # may compute both from one pass over A (see sibling_stage), or the partner's GEMM first.
+    # may compute both from one pass over A (gemm.py's paired weights), or run the partner's
+    # GEMM first (kernels._build_stage).
     partner: Contraction | None = None
 
     @property
