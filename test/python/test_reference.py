@@ -127,8 +127,16 @@ def _gemm_rope_inputs(g):
     return [x, cos, w], [-q[..., 64:], q * cos, q[..., :64]]
 
 
+def _swiglu_inputs(g):
+    """SwiGLU's two sibling products of one x (the spec's args: the gate's weight, x, the up
+    projection's weight)."""
+    wg, x, wu = torch.randn(12, 16, generator=g), torch.randn(8, 16, generator=g), \
+        torch.randn(12, 16, generator=g)
+    return [wg, x, wu], [F.silu(x @ wg.T) * (x @ wu.T)]
+
+
 GROUND_TRUTH = {
-    "gemm_rope_split_outputs": _gemm_rope_inputs,
+    "gemm_rope_split_outputs": _gemm_rope_inputs, "swiglu": _swiglu_inputs,
     "matvec_bias_relu": _matvec_inputs, "conv2d_pad_1x1": _conv_pad_1x1_inputs,
     "conv2d_pad_relu": _conv_pad_inputs,
     "attention": _attention_inputs,
