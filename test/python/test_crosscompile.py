@@ -42,6 +42,7 @@ def test_ptx_profile_counts_what_a_kernel_issues():
 	wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2;
 	wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f2}, %rd3, %rd4;
 	cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd5, {%r2, %r3}], [%r4];
+	cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd8, {%r10, %r11}], [%r12];
 	shfl.sync.bfly.b32 %r5, %r6, 16, 31, -1;
 	bar.sync 0;
 	barrier.sync.aligned 1, 256;
@@ -50,8 +51,8 @@ def test_ptx_profile_counts_what_a_kernel_issues():
 	ld.local.u32 %r9, [%rd7];
 """
     got = xc.ptx_profile(ptx)
-    assert got == {"wgmma": 2, "mma.sync": 0, "tma": 1, "shfl": 1, "bar": 2, "cp.async": 1,
-                   "local": 2, "lines": 10}
+    assert got == {"wgmma": 2, "mma.sync": 0, "tma": 2, "tma_store": 1, "shfl": 1, "bar": 2,
+                   "cp.async": 1, "local": 2, "lines": 11}
 
 
 @pytest.mark.parametrize("name", ["matvec_bias_relu", "conv2d_pad_1x1"])

@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "python"))
 from kforge.frontend.regions import compile_half_missing  # noqa: E402
 from kforge.modelcheck import margin  # noqa: E402
 
-# Two projections of the same input whose weights differ by 1e-3, subtracted: each product
+# Two projections of the same values whose weights differ by 1e-3, subtracted: each product
 # (|values| ~ 100) is well inside bf16's tolerance on its own, and so is each region on the
 # verifier's random inputs, but the difference (~0.1) cancels all but the products' rounding
 # error (~0.04 under fp16x1 operands), beyond 1e-2 of the output
@@ -38,12 +38,15 @@ CANCELLING = textwrap.dedent('''
                 self.a.weight.copy_(w)
                 self.b.weight.copy_(w + 1e-3 * torch.randn(64, 128, generator=g))
 
-        def forward(self, x):
-            return self.a(x) - self.b(x)
+        def forward(self, x, y):
+            # (y holds x's values: two inputs keep the products in two regions; of one x they
+            # would be sibling contractions, one region)
+            return self.a(x) - self.b(y)
 
 
     def get_inputs():
-        return [10 * torch.randn(32, 128)]
+        x = 10 * torch.randn(32, 128)
+        return [x, x.clone()]
 
 
     def get_init_inputs():
