@@ -503,7 +503,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
         if weight_p is not None:
             b.fp16_weights[weight_p] = ((0,), planes)
     top = Scope(None)
-    tiles = -(-M // BM) * -(-N // BN)
+    tiles = -(-M // BM) * (N // (BN // 2) if weight_p is not None else -(-N // BN))
     programs = max(1, min(tiles, target.compute_units))
     top.emit("pid = tl.program_id(0)")
     top.emit(f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M")
