@@ -73,6 +73,13 @@ def builtin_generator_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def builtin_knobs() -> dict:
+    """The builtin generator's switches set in the environment (KFORGE_BUILTIN_TMA,
+    KFORGE_BUILTIN_PAIRED, ...): they change the configurations it offers, so a kernel made
+    under one setting is not served under another."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("KFORGE_BUILTIN_")}
+
+
 def _canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
 
@@ -92,6 +99,9 @@ class CacheKey:
                "provider_config": self.provider_config, "versions": self.versions}
         if self.provider == "builtin":
             out["generator"] = builtin_generator_digest()
+            knobs = builtin_knobs()
+            if knobs:           # (absent when none is set: the keys of earlier entries hold)
+                out["builtin_env"] = knobs
         return out
 
     @property

@@ -44,6 +44,23 @@ def test_roundtrip_and_key_fields(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))          # atomic: no temporaries left behind
 
 
+def test_builtin_switches_are_part_of_the_key(monkeypatch, tmp_path):
+    """A kernel made with KFORGE_BUILTIN_PAIRED=1 (another configuration space) is not served
+    without it, nor the other way round; other providers' keys do not depend on them."""
+    for k in [k for k in __import__("os").environ if k.startswith("KFORGE_BUILTIN_")]:
+        monkeypatch.delenv(k)
+    cache = KernelCache(tmp_path)
+    plain, other = key().digest, key(provider="anthropic").digest
+    cache.put(key(), ENTRY)
+    monkeypatch.setenv("KFORGE_BUILTIN_PAIRED", "1")
+    assert key().digest != plain and cache.get(key()) is None
+    assert key(provider="anthropic").digest == other
+    monkeypatch.setenv("KFORGE_BUILTIN_PAIRED", "0")
+    assert key().digest != plain
+    monkeypatch.delenv("KFORGE_BUILTIN_PAIRED")
+    assert key().digest == plain and cache.get(key()) == ENTRY
+
+
 def test_default_location(monkeypatch, tmp_path):
     monkeypatch.setenv("KFORGE_CACHE", str(tmp_path / "c"))
     assert default_root() == tmp_path / "c"
