@@ -119,7 +119,28 @@ def test_by_default_each_product_runs_the_stages_tma_tile(tmp_path):
     assert first.get("TMA") and not first.get("PAIRED")
     src = candidates(s, "cuda", "bf16", [first])[0].source
     assert src.count("_gemm[") == 2 and src.count("for tile in tl.range(pid, ") == 2
-    assert src.count("_split_a[") == 2 and "interleaved" not in src
+    # one split pass over the common A: the stage's GEMM reads the partner's planes
+    assert src.count("_split_a[") == 1 and "interleaved" not in src
+    assert sum(line.strip().endswith("the partner's planes of this A")
+               for line in src.splitlines()) == 1
+
+
+@pytest.mark.parametrize("precision,scheme", [("bf16", "fp16x1"), ("strict", "fp16x3"),
+                                              ("tf32", "fp16x1")])
+def test_partners_split_pass_serves_both_products(precision, scheme, tmp_path):
+    """Two products of one A under an fp16 scheme, one after the other: one split pass writes
+    A's planes and row scales, both GEMMs read them (the second's are the first's tensors),
+    and the region still matches the float64 reference (ragged M, N, K)."""
+    s = _big_spec(tmp_path / "sw", "swiglu", M=40, K=24, N=96)
+    config = next(c for c in config_space(s, "cpu", precision)
+                  if c.get("input_precision") == scheme and c.get("SPLIT_K", 1) == 1)
+    cand = candidates(s, "cpu", precision, [config])[0]
+    src = cand.source
+    assert src.count("_gemm[") == 2 and src.count("_split_a[") == 1
+    shared = [line.split("=")[0].strip() for line in src.splitlines()
+              if line.strip().endswith("the partner's planes of this A")]
+    assert len(shared) == 1 and shared[0].endswith("_a16")
+    check(cand, s, precision, tmp_path)
 
 
 def test_paired_tiles_first_on_hopper_and_compile_without_spills(monkeypatch, tmp_path):

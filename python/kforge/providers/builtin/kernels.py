@@ -55,7 +55,10 @@ def _default_config(spec, target, precision: str, stage: RegionShape) -> dict:
     return config
 
 
-def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> None:
+def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str,
+                 share_a: str | None = None) -> None:
+    """`share_a`: the product (a partner's) whose A pass this stage reads instead of its own
+    (the same A, the same scheme)."""
     spec, target = b.spec, b.target
     outputs = stage.stores
     if stage.kind == "elementwise":
@@ -68,10 +71,12 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         # the partner's GEMM first, storing its product (its scheme the configuration's), then
         # this stage reading it
         first, stage = unpaired(stage)
-        _build_stage(b, first, _partner_config(spec, target, b.precision, first, config),
-                     f"{stem}_p")
+        first_config = _partner_config(spec, target, b.precision, first, config)
+        _build_stage(b, first, first_config, f"{stem}_p")
         for v in first.materialize:
             b.temporaries.setdefault(v, None)
+        if _same_a_pass(first_config, config):      # one pass over A serves both products
+            share_a = first.contraction.op.results[0]
     con = stage.contraction
     vc = con.op.results[0]
     vc_numel = math.prod(spec.tensor(vc).shape)
@@ -89,6 +94,10 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         # the operands' fp16 planes and scales: A always by a pass; B by prepare_weights when it
         # is a weight, else by a pass too
         sides = ["a"] + ([] if weight_source(spec, con.op.operands[con.b]) else ["b"])
+        if share_a:
+            sides.remove("a")
+            b.temporaries[f"{vc}_a16"] = f"{share_a}_a16   # the partner's planes of this A"
+            b.temporaries[f"{vc}_as"] = f"{share_a}_as"
         for side in sides:
             rows = con.extent(con.batch) * con.extent(con.m if side == "a" else con.n)
             K = con.extent(con.k)
@@ -105,9 +114,12 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read (fp16x1 reads the
         # split pass's fp16 plane)
         a16 = f"{vc}_a16"
-        b.temporaries[a16] = (f"torch.empty(({con.extent(con.m)}, {con.extent(con.k)}), "
-                              "device=device, dtype=torch.bfloat16)  # A in bf16 for TMA")
-        build_cast_pass(b, stage, a16, f"{stem}_cast_a")
+        if share_a:
+            b.temporaries[a16] = f"{share_a}_a16   # the partner's bf16 copy of this A"
+        else:
+            b.temporaries[a16] = (f"torch.empty(({con.extent(con.m)}, {con.extent(con.k)}), "
+                                  "device=device, dtype=torch.bfloat16)  # A in bf16 for TMA")
+            build_cast_pass(b, stage, a16, f"{stem}_cast_a")
     if split_k > 1:
         ws_shape = (split_k,) + tuple(spec.tensor(vc).shape)
         b.temporaries[vc] = (f"torch.empty({ws_shape!r}, device=device, "
@@ -151,6 +163,18 @@ def _both_products_in_one_kernel(stage: RegionShape, config: dict) -> bool:
             and config.get("SPLIT_K", 1) == 1 and not config.get("N_PARTS")
             and not stage.reductions and config.get("EPI_SPLIT", 1) in (2, 4)
             and con.extent(con.n) % (config["BLOCK_N"] // 2) == 0)
+
+
+def _same_a_pass(first: dict, second: dict) -> bool:
+    """Whether two sibling products' configurations pass over their common A alike: the same
+    fp16 scheme (its planes and row scales), or both on the TMA kernel with bf16 operands (its
+    bf16 copy); then the second reads the first's."""
+    scheme = first.get("input_precision")
+    if scheme != second.get("input_precision"):
+        return False
+    if scheme in FP16_SCHEMES:
+        return True
+    return scheme is None and bool(first.get("TMA")) and bool(second.get("TMA"))
 
 
 def _partner_config(spec, target, precision: str, first: RegionShape, config: dict) -> dict:
