@@ -1,9 +1,9 @@
 """Sibling contractions (SwiGLU's gate and up projections, one region since
 --kforge-form-regions merges them): the builtin pairs the two products as one GEMM stage with a
 partner. The persistent TMA kernel computes both from one pass over A, through one descriptor
-over the two weights' rows interleaved by prepare_weights (PAIRED configurations, offered with
-KFORGE_BUILTIN_PAIRED=1: not timed on a GPU yet); every other configuration runs the partner's
-GEMM first. Runs under the Triton interpreter against the float64 reference and compiles for
+over the two weights' rows interleaved by prepare_weights (PAIRED configurations, first by
+default beyond 512 rows; KFORGE_BUILTIN_PAIRED=0 turns them off); every other configuration runs
+the partner's GEMM first, both reading one pass over A. Runs under the Triton interpreter against the float64 reference and compiles for
 sm_90."""
 from __future__ import annotations
 
@@ -110,13 +110,20 @@ def test_other_kernels_run_the_partners_gemm_first(tmp_path):
         check(cand, s, precision, tmp_path)
 
 
-def test_by_default_each_product_runs_the_stages_tma_tile(tmp_path):
-    """Without KFORGE_BUILTIN_PAIRED the first configuration at a prefill shape is the
-    single-product TMA tile, and the partner's GEMM runs first with that same tile: the
-    kernels the two regions had before they were merged (two passes, two persistent GEMMs)."""
-    s = _big_spec(tmp_path / "sw", "swiglu", M=1024, K=512, N=1024)
-    first = config_space(s, "cuda", "bf16")[0]
-    assert first.get("TMA") and not first.get("PAIRED")
+@pytest.mark.parametrize("rows,env", [(1024, "0"), (256, None)])
+def test_unpaired_products_run_the_stages_tma_tile_one_after_the_other(rows, env, monkeypatch,
+                                                                        tmp_path):
+    """With KFORGE_BUILTIN_PAIRED=0, or by default at up to 512 rows, the first configuration
+    is the single-product TMA tile, and the partner's GEMM runs first with that same tile:
+    two persistent GEMMs reading one split pass over A."""
+    if env is None:
+        monkeypatch.delenv("KFORGE_BUILTIN_PAIRED", raising=False)
+    else:
+        monkeypatch.setenv("KFORGE_BUILTIN_PAIRED", env)
+    s = _big_spec(tmp_path / "sw", "swiglu", M=rows, K=512, N=1024)
+    space = config_space(s, "cuda", "bf16")
+    first = space[0]
+    assert first.get("TMA") and not any(c.get("PAIRED") for c in space)
     src = candidates(s, "cuda", "bf16", [first])[0].source
     assert src.count("_gemm[") == 2 and src.count("for tile in tl.range(pid, ") == 2
     # one split pass over the common A: the stage's GEMM reads the partner's planes
@@ -144,16 +151,20 @@ def test_partners_split_pass_serves_both_products(precision, scheme, tmp_path):
 
 
 def test_paired_tiles_first_on_hopper_and_compile_without_spills(monkeypatch, tmp_path):
-    """With KFORGE_BUILTIN_PAIRED=1, on sm_90 the paired 128 x 256 tile (128 columns of each
-    product) comes first under bf16 at a prefill shape and compiles to wgmma with TMA copies,
-    no spills, within the H200's shared memory."""
+    """By default, on sm_90 the paired 128 x 256 tile (128 columns of each product) comes
+    first under bf16 at a prefill shape, the single-product tile third (the two products one
+    after the other), and it compiles to wgmma with TMA copies, no spills, within the H200's
+    shared memory."""
     pytest.importorskip("triton.backends.nvidia.compiler")
     xc = pytest.importorskip("kforge.crosscompile")
     from kforge.targets import get_target
-    monkeypatch.setenv("KFORGE_BUILTIN_PAIRED", "1")
+    monkeypatch.delenv("KFORGE_BUILTIN_PAIRED", raising=False)
     s = _big_spec(tmp_path / "sw", "swiglu", M=1024, K=512, N=1024)
-    first = config_space(s, "cuda", "bf16")[0]
+    space = config_space(s, "cuda", "bf16")
+    first = space[0]
     assert first.get("TMA") and first.get("PAIRED") and first["BLOCK_N"] == 256
+    tma = [c for c in space if c.get("TMA")]
+    assert [bool(c.get("PAIRED")) for c in tma[:3]] == [True, True, False]
     assert first["EPI_SPLIT"] == 4
     cand = candidates(s, "cuda", "bf16", [first])[0]
     assert cand.source.count("_gemm[") == 1

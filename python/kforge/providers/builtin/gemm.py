@@ -24,7 +24,8 @@ from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 # twice. Raised from 8192 for Llama-3-8B's down projection (K = 14336), whose pass read each
 # row twice in blocks of 2048: on the H200 (2026-12-06, benchmarks/results/
 # 2026-12-06b-h200-gemm-regions) that pass and the region's norm kernel took 0.96 ms of a
-# 3.73 ms region. The one-read pass itself is not timed on a GPU yet.
+# 3.73 ms region. Timed on the H100 (2026-12-06, 2026-12-06c-h100-sibling-split-profile): the
+# region 4.05 -> 3.55 ms, its pass and norm kernel 1.38 -> 0.82 ms.
 SPLIT_ONE_BLOCK = 16384
 
 

@@ -202,14 +202,22 @@ TMA_DEFAULT = True
 
 
 # Sibling products (a stage with a partner: SwiGLU's gate and up) computed by one persistent
-# kernel from one pass over A, the weights' rows interleaved (gemm.py, config key PAIRED): only
-# with KFORGE_BUILTIN_PAIRED=1, first then. Not timed on a GPU yet: its main loop is the
-# 128x256 kernel's (sm_90 cross-compile: 169 registers, no spills, 229408 bytes of shared
-# memory, as that kernel), but a first version with two accumulators ran slower than the two
-# products one after the other on the H200 (7.66 against about 6.5 ms at Llama-3-8B's 16384 x
-# 14336 x 4096). By default the partner's GEMM runs first with the stage's tile, then the
-# stage: the kernels the two regions had before they were merged.
+# kernel from one pass over A, the weights' rows interleaved (gemm.py, config key PAIRED): first
+# by default at more than 512 rows (KFORGE_BUILTIN_PAIRED=0: never; =1: at any row count). H100,
+# 2026-12-06 (benchmarks/results/2026-12-06c-h100-sibling-split-profile), Llama-3-8B's 16384 x
+# 14336 x 4096 gate and up: 6.01 ms paired against 6.48 for the two regions before the merge
+# and 6.56 for the two products one after the other in one region (cuBLAS bf16: 2 x 2.69).
+# After the paired tiles, the single-product tile: the partner's GEMM first with it, then the
+# stage, both reading one pass over A (kernels._same_a_pass).
 PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
+
+
+def paired_wanted(rows: int) -> bool:
+    """Whether a stage with a partner is offered the PAIRED tiles first (PAIRED_ENV above)."""
+    env = os.environ.get(PAIRED_ENV)
+    if env in ("0", "1"):
+        return env == "1"
+    return rows > 512
 
 
 def tma_wanted(target) -> bool:
@@ -348,13 +356,14 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         M = con.extent(con.m)
         # (third: the tile as it was before the slices, measured on the H200 2026-12-04/05,
         # for the tuner to fall back on where the new pipeline times slower)
-        if stage.partner is not None and os.environ.get(PAIRED_ENV) == "1":
+        if stage.partner is not None and paired_wanted(M):
             # two products a tile (the weights' rows interleaved by 128): 128 columns of each
             # in one 128 x 256 accumulator, one dot a K step, the epilogue in 4 slices (2 of
-            # each product), then 2 slices with 3 stages
+            # each product), then not flattened; then the products one after the other
             own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True, PAIRED=True),
                    _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, PAIRED=True),
-                   _cfg_tile(128, 256, 64, 8, 3, 16, EPI_SPLIT=2, PAIRED=True)]
+                   _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True)
+                   if M > 512 else _cfg_tile(128, 128, 64, 8, 6, 16, EPI_SPLIT=2, FLATTEN=True)]
         elif M > 512:
             own = [_cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4, FLATTEN=True),
                    _cfg_tile(128, 256, 64, 8, 4, 16, EPI_SPLIT=4),
