@@ -11,7 +11,8 @@
 #
 # The package is built here first (benchmarks/build_packages.sh, the same KFORGE_LLM_* shape).
 # Writes under $OUT: env.txt, tune.log, fit.log, time.log, bench.{json,md}, bench.log,
-# kernels.txt, tuned.tgz (the checked package, weights stripped), the rest in rest.tgz.
+# kernels.txt, tuned.tgz (the checked package, weights stripped), profile.{log,json} (PROFILE=1),
+# the rest in rest.tgz (BENCH=1 and PROFILE=1 together keep 9 files: one more than comes back).
 set -uo pipefail
 DEFAULT_PACKAGES=.carry/l2
 source "$(dirname "$0")/../device_env.sh"
@@ -47,9 +48,20 @@ cat "$OUT/time.log"
 $PY benchmarks/llm/package_kernels.py "$P" > "$OUT/kernels.txt" 2>&1
 tar czf "$OUT/tuned.tgz" --exclude='*.safetensors' "$P"
 
+# 3b. PROFILE=1: the checked package kernel by kernel (and the bf16 model under torch.compile
+# where the time left allows), benchmarks/llm/profile_package.py
+if [ "${PROFILE:-0}" = 1 ]; then
+  L=$(( START + BUDGET_S - 15 - $(date +%s) ))
+  PARGS=""
+  [ "$L" -lt 170 ] && PARGS=--no-compiled
+  [ "$L" -gt 50 ] && timeout "$L" $PY benchmarks/llm/profile_package.py "$P" $PARGS \
+    --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
+  head -45 "$OUT/profile.log"
+fi
+
 # 4. the checked package against the routes a user would take, in one run
 [ "$BENCH" = 0 ] || $PY -m kforge.cli bench "$WORKLOAD" --target cuda --precision bf16 --packages "$PACKAGES" \
   --no-tune --out "$OUT" --checkpoint "$OUT/partial.json" --min-reps "${MIN_REPS:-5}" \
   --rep-ms "${REP_MS:-50}" --deadline "$(( START + BUDGET_S - 20 ))" 2>&1 \
   | tee "$OUT/bench.log" | tail -30
-pack_out bench.json bench.md fit.log time.log kernels.txt tuned.tgz env.txt
+pack_out bench.json bench.md fit.log time.log kernels.txt tuned.tgz env.txt profile.log profile.json

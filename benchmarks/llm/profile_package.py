@@ -113,6 +113,9 @@ def main(argv: list[str]) -> int:
         _, weights, inputs = bound_model(package, package.target)
         model = CompiledModel(package, weights, package.target)
         results.append(profile_route(f"kforge {pkg}", lambda: model.run(inputs), runs))
+        served, ran = getattr(model, "shared_passes", (0, 0))
+        print(f"  operand passes a run: {ran} run, {served} served from another region's")
+        results[-1]["shared_passes"] = {"run": ran, "served": served}
         del model, weights
         torch.cuda.empty_cache()
     if compiled:

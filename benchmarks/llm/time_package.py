@@ -28,8 +28,10 @@ def time_package(pkg: str) -> str:
         ms = triton.testing.do_bench(lambda: model.run(inputs), warmup=200, rep=1000)
     raised = package.manifest.get("strict_regions") or {}
     finer = package.manifest.get("finer_schemes") or {}
+    served, ran = getattr(model, "shared_passes", (0, 0))
     return (f"{pkg}: {ms:.3f} ms a call, {len(model.kernels)} kernel regions, "
-            f"{len(raised)} raised to strict, {len(finer)} taken to a finer scheme")
+            f"{len(raised)} raised to strict, {len(finer)} taken to a finer scheme, "
+            f"operand passes {ran} run + {served} served from another region's")
 
 
 def time_compiled(pkg: str) -> None:

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from kforge import fastlaunch
+from kforge import fastlaunch, passcache
 from kforge.errors import UserError
 from kforge.modelfile import load_model_file
 from kforge.package import Package, entry_config, open_package
@@ -134,6 +134,7 @@ class CompiledModel:
                 module = load_kernel_module(package.root / entry["source"], target)
                 if self.device.type == "cuda" and fastlaunch.enabled():
                     module = fastlaunch.fast_module(module)     # repeated launches, less Python
+                passcache.bind(module)      # operand passes shared between regions in a run
                 widx = [i for i, a in enumerate(spec.args) if a.weight]
                 self.kernels[h] = PreparedKernel(module, widx)
 
@@ -142,6 +143,7 @@ class CompiledModel:
         # interpretation of the linalg. On a GPU either is compiled (torch.compile, on first use)
         # unless KFORGE_COMPILE_REFERENCES=0.
         self.references: dict = {}
+        self.shared_passes = (0, 0)     # (served, run) operand passes in the last plan run
         self.aten_regions: set[str] = set()
         if compile_references is None:
             compile_references = self.device.type == "cuda" and \
@@ -208,10 +210,13 @@ class CompiledModel:
 
     def _run_plan(self, args, step_timer: Callable | None = None) -> tuple[torch.Tensor, ...]:
         from kforge.reference import run_host_plan
-        with torch.no_grad():
-            return run_host_plan(self.package.plan, self.package.specs, args, self.weights,
-                                 kernels=self.kernels, references=self.references,
-                                 step_timer=step_timer)
+        with torch.no_grad(), passcache.active_run() as cache:
+            out = run_host_plan(self.package.plan, self.package.specs, args, self.weights,
+                                kernels=self.kernels, references=self.references,
+                                step_timer=step_timer)
+            if cache is not None:       # operand passes served from another region's / run
+                self.shared_passes = (cache.hits, cache.runs)
+            return out
 
     forward = __call__
 

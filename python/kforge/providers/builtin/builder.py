@@ -28,6 +28,11 @@ class Kernel:
     num_stages: int | None = None
     comment: str = ""
     options: dict = field(default_factory=dict)     # backend launch keywords (xpu: grf_mode)
+    outputs: list[str] = field(default_factory=list)  # the values it stores (last in tensors)
+    # a pass whose outputs are a function of its inputs alone (an operand's fp16 planes or
+    # bf16 copy): the package runtime may serve it from another region's launch on the same
+    # inputs (host.assemble, kforge.passcache)
+    shared: bool = False
 
     def source(self) -> str:
         sig = ", ".join(self.params + [f"{k}: tl.constexpr" for k in self.constexprs])
@@ -36,13 +41,14 @@ class Kernel:
             head.append(f'    """{self.comment}"""')
         return "\n".join(head + self.lines) + "\n"
 
-    def call(self) -> str:
-        args = ", ".join(self.tensors + [f"{k}={v!r}" for k, v in self.constexprs.items()])
+    def call(self, tensors: list[str] | None = None, name: str | None = None) -> str:
+        tensors = self.tensors if tensors is None else tensors
+        args = ", ".join(tensors + [f"{k}={v!r}" for k, v in self.constexprs.items()])
         opts = f", num_warps={self.num_warps}"
         if self.num_stages is not None:
             opts += f", num_stages={self.num_stages}"
         opts += "".join(f", {k}={v!r}" for k, v in self.options.items())
-        return f"{self.name}[{self.grid}]({args}{opts})"
+        return f"{name or self.name}[{self.grid}]({args}{opts})"
 
 
 class Builder:
@@ -100,7 +106,7 @@ class Builder:
             params.append((out_params or {}).get(o, f"{o}_out"))
             tensors.append(o)
         k = Kernel(name, params, tensors, constexprs, lines, grid, num_warps, num_stages,
-                   comment, dict(options or {}))
+                   comment, dict(options or {}), list(outputs))
         self.kernels.append(k)
         return k
 

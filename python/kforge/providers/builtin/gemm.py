@@ -118,6 +118,7 @@ def _emit_split_pass(b: Builder, shape: RegionShape, side: str, planes: str, sca
                      f"-> fp16 {'[hi, lo] planes' if lo else 'plane'} of the row scaled by a "
                      "power of two, and the scale",
              out_params={planes: f"{planes}_out", scale: f"{scale}_out"})
+    b.kernels[-1].shared = True        # its planes: a function of A alone
 
 
 def _fp16x3_weight_dims(index: tuple, col: str) -> tuple | None:
@@ -416,6 +417,7 @@ def _emit_cast_pass(b: Builder, shape: RegionShape, out: str, name: str, M: int,
              f"(triton.cdiv({M}, {BR}), triton.cdiv({K}, {BC}))", 4,
              comment=f"{op.name}'s A ({M} x {K}) cast to bf16 for the TMA GEMM's descriptor",
              out_params={out: f"{out}_out"})
+    b.kernels[-1].shared = True        # its copy: a function of A alone
 
 
 def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: dict,

@@ -3,6 +3,8 @@ once at load) and the module source that defines the kernels and `launch`.
 """
 from __future__ import annotations
 
+import hashlib
+import re
 import textwrap
 
 from kforge.providers.builtin.analysis import RegionShape
@@ -111,6 +113,30 @@ def prepare_weights(weights):
 """
 
 
+# A pass's outputs are a function of its inputs: the package runtime serves a pass that another
+# region's launch already ran on the same tensors (kforge.passcache: Q, K and V's projections
+# each split the same normed activation); alone (verification, tests) every launch runs its own.
+SHARED_PASS = """\
+def _shared_pass(key, inputs, run):
+    # run() allocates the pass's outputs and launches it; the package runtime rebinds this name
+    # to kforge.passcache.shared_pass, which returns the outputs of an earlier run of the same
+    # pass (key) on the same, unchanged input tensors
+    return run()
+"""
+
+
+def pass_digest(k, allocs: dict[str, str]) -> str:
+    """What a shared pass computes, whatever region it is in: its body and launch with the
+    parameter and tensor names numbered, its outputs' allocations, not its name or comment."""
+    body = "\n".join(k.lines)
+    for j, p in sorted(enumerate(k.params), key=lambda jp: -len(jp[1])):
+        body = re.sub(rf"\b{re.escape(p)}\b", f"_p{j}", body)
+    call = k.call([f"_t{j}" for j in range(len(k.tensors))], name="_pass")
+    shapes = [allocs[o].split("#")[0].strip() for o in k.outputs]
+    text = "\n".join([",".join(k.constexprs), body, call, *shapes])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
 def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
     spec, target = b.spec, b.target
     args = [a.name for a in spec.args]
@@ -162,20 +188,38 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
         prep = f"{head}\n{each}{body}"
     if prep:
         lines += ["", prep]
+    if any(k.shared for k in b.kernels):
+        lines += ["", SHARED_PASS]
     lines += ["", f"def launch({', '.join(args)}):"]
     lines.append(f"    for t in ({', '.join(args)}{',' if len(args) == 1 else ''}):")
     lines.append("        if not t.is_contiguous():")
     lines.append(f'            raise ValueError("{spec.name}: arguments must be contiguous")')
     # a region without operands (a mask from index ranges) computes on the target's device
     lines.append(f"    device = {args[0]}.device" if args else f"    device = {b.target.device!r}")
+    results = set(shape.outputs) | {o for st in shape.stages for o in st.outputs}
+    allocs: dict[str, str] = {}
     for v, alloc in b.temporaries.items():
-        if v in shape.outputs or any(v in st.outputs for st in shape.stages):
+        if v in results:
             continue                          # a region result, allocated below
         if alloc is None:
             t = spec.tensor(v)
             alloc = (f"torch.empty({tuple(t.shape)!r}, device=device, "
                      f"dtype={TORCH_DTYPES[t.dtype]})")
-        lines.append(f"    {v} = {alloc}")
+        allocs[v] = alloc
+    # passes the runtime may share between regions (Kernel.shared): their outputs allocated
+    # where they run, and names that alias those outputs (a partner's planes) right after
+    shared = [k for k in b.kernels if k.shared and k.outputs
+              and all(o in allocs and allocs[o].startswith("torch.") for o in k.outputs)]
+    made_by = {o: k.name for k in shared for o in k.outputs}
+    after: dict[str, list[str]] = {}
+    for v, alloc in allocs.items():
+        if v in made_by:
+            continue
+        refs = [n for n in made_by if re.search(rf"\b{re.escape(n)}\b", alloc.split("#")[0])]
+        if refs:
+            after.setdefault(made_by[refs[0]], []).append(f"    {v} = {alloc}")
+        else:
+            lines.append(f"    {v} = {alloc}")
     for o in dict.fromkeys(o for st in (shape.stages or [shape]) for o in st.outputs):
         t = spec.tensor(o)
         lines.append(f"    {o} = torch.empty({tuple(t.shape)!r}, device=device, "
@@ -185,7 +229,17 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
                      "it takes from this allocator")
         lines.append("    triton.set_allocator(lambda size, alignment, stream: "
                      "torch.empty(size, device=device, dtype=torch.int8))")
-    for k in b.kernels:
-        lines.append(f"    {k.call()}")
+    for i, k in enumerate(b.kernels):
+        if k not in shared:
+            lines.append(f"    {k.call()}")
+            continue
+        outs = ", ".join(k.outputs)
+        ins = [t for t in k.tensors[:len(k.tensors) - len(k.outputs)]]
+        lines.append(f"    def _pass_{i}():")
+        lines += [f"        {o} = {allocs[o]}" for o in k.outputs]
+        lines += [f"        {k.call()}", f"        return ({outs},)"]
+        lines.append(f"    ({outs},) = _shared_pass({pass_digest(k, allocs)!r}, "
+                     f"({', '.join(ins)}{',' if len(ins) == 1 else ''}), _pass_{i})")
+        lines += after.get(k.name, [])
     lines.append(f"    return ({', '.join(spec.results)}{',' if len(spec.results) == 1 else ''})")
     return "\n".join(lines) + "\n"
