@@ -42,7 +42,8 @@ tail -25 "$OUT/fit.log"
 BENCH="${BENCH:-1}"
 COMPILED=""
 [ "$BENCH" = 0 ] && COMPILED=--compiled
-$PY benchmarks/llm/time_package.py $COMPILED /tmp/before "$P" \
+# (EXTRA_PACKAGES: other packages of the same workload timed in the same process, after)
+$PY benchmarks/llm/time_package.py $COMPILED /tmp/before "$P" ${EXTRA_PACKAGES:-} \
   > "$OUT/time.log" 2>&1
 cat "$OUT/time.log"
 $PY benchmarks/llm/package_kernels.py "$P" > "$OUT/kernels.txt" 2>&1
