@@ -196,7 +196,7 @@ def _pair_siblings(spec: KernelSpec, stages: list[RegionShape]) -> list[RegionSh
     contraction is its sibling (`siblings`), becomes that stage's `partner`: one stage, two
     products of one A."""
     out: list[RegionShape] = []
-    for st in stages:
+    for i, st in enumerate(stages):
         prev = out[-1] if out else None
         if (prev is not None and prev.kind == "gemm" and st.kind == "gemm"
                 and prev.partner is None and st.partner is None
@@ -205,7 +205,7 @@ def _pair_siblings(spec: KernelSpec, stages: list[RegionShape]) -> list[RegionSh
                 and siblings(spec, prev.contraction, st.contraction)
                 and not any(prev.materialize[0] in later.materialize or
                             prev.materialize[0] in later.outputs
-                            for later in stages[stages.index(st) + 1:])):
+                            for later in stages[i + 1:])):
             st.partner = prev.contraction
             out[-1] = st
             continue
