@@ -320,6 +320,28 @@ def split_site(pkg: Path, h: str, k: int, why: str) -> tuple[str, int]:
     return h2, call
 
 
+def split_unselected_calls(pkg: Path, policy: str) -> list[str]:
+    """Under a reduced-precision policy, split off (split_site) each call of a region upstream
+    of a selection op (kforge.selection: compiled strict) whose own results reach none, so
+    that it keeps the policy: gpt-oss's last layer's experts, after its last router, run the
+    policy's scheme instead of strict's. Returns the new hashes (none under strict, or where
+    every call of every such region feeds a selection)."""
+    from kforge.selection import unselected_calls
+    if policy == "strict":
+        return []
+    new = []
+    while True:
+        package = open_package(pkg)
+        todo = unselected_calls(package.plan)
+        if not todo:
+            return new
+        h, ks = sorted(todo.items())[0]
+        h2, _ = split_site(pkg, h, ks[-1],
+                           "its results reach no selection op, unlike the region's other calls: "
+                           f"split off to keep the {policy} policy")
+        new.append(h2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Building a package
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +401,7 @@ def synthesize_package(pkg: Path, options, *, cache: KernelCache | None,
                                 find_attempt)
     started = time.monotonic()
     pkg = Path(pkg)
+    split_unselected_calls(pkg, options.precision)
     package = open_package(pkg)
     manifest = package.manifest
     report = CompileReport(pkg, options.target, options.precision, options.provider)

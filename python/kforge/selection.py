@@ -13,7 +13,9 @@ So under a reduced-precision policy a region whose results reach a selection op 
 chain of steps of the host plan) is compiled and verified under `strict`. A strict kernel meets
 every policy (`meets`). Regions downstream of the last selection (a final norm, the LM head)
 keep the package's policy. Regions are deduplicated across layers: a region is upstream where
-any of its calls is.
+any of its calls is; at compile time the calls of such a region that reach no selection op are
+split off as regions of their own (`unselected_calls`, kforge.package.split_unselected_calls),
+which keep the policy.
 
 The whole-model check (kforge.modelcheck, `kforge tune --check`) raises regions the same way:
 each region passes its own check, yet their errors can add up through a deep model beyond the
@@ -78,6 +80,35 @@ def selection_feeders(plan) -> dict[str, str]:
                 out.setdefault(h, name)
             stack.extend(producer[o] for o in getattr(s, "operands", ()) if o in producer)
     return out
+
+
+def unselected_calls(plan) -> dict[str, list[int]]:
+    """Region hash -> its calls (k: the region's k-th call in `plan`, from 0) whose results reach
+    no selection op, for each region that has another call whose results do: the calls that
+    kforge.package.split_unselected_calls splits off, so that they keep the package's policy
+    (gpt-oss's last layer's experts, after its last router)."""
+    producer = {}
+    for step in plan.steps:
+        for r in getattr(step, "results", ()):
+            producer[r] = step
+    feeding: set[int] = set()
+    for step in plan.steps:
+        if getattr(step, "name", "") not in SELECTION_OPS:
+            continue
+        stack = [producer[o] for o in step.operands if o in producer]
+        while stack:
+            s = stack.pop()
+            if id(s) in feeding:
+                continue
+            feeding.add(id(s))
+            stack.extend(producer[o] for o in getattr(s, "operands", ()) if o in producer)
+    calls: dict[str, list[bool]] = {}
+    for step in plan.steps:
+        h = getattr(step, "call", None)
+        if h:
+            calls.setdefault(h, []).append(id(step) in feeding)
+    return {h: [k for k, feeds in enumerate(fs) if not feeds]
+            for h, fs in calls.items() if any(fs) and not all(fs)}
 
 
 def raised_regions(manifest: dict) -> dict[str, str]:

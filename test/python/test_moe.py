@@ -214,6 +214,43 @@ def test_moe_kernels_are_screened_for_an_absent_hopper(tmp_path, kforge_opt):
                              "num_stages": 3, "dot_precision": "ieee", "fp32_dot": "fp16x3"}
 
 
+@pytest.mark.parametrize("activation,scales", [("gpt_oss", (1e-3, 1.0)),
+                                               ("swiglu", (1e-3, 1e3))])
+def test_fp16x1_scheme_keeps_eleven_bits_of_badly_scaled_operands(activation, scales):
+    """fp16x1, the bf16 policy's first scheme: the fp16x3 planes, one product of the hi ones.
+    Its error is fp16 rounding of both operands: within the bf16 policy's rule with room, a
+    fraction of bf16 operands' error and more than fp16x3's (the lo planes are not read); the
+    scales keep the planes in fp16's range at x of 1e-3 and 1e3. (gpt-oss's clamp at 7 on
+    pre-activations of 1e3 turns any rounding into jumps: not a scale this checks.)"""
+    src = moe_source(num_experts=5, top_k=2, activation=activation, dot_precision="ieee",
+                     fp32_dot="fp16x1", interpret=True, block_m=16, block_n=16, block_k=16,
+                     num_stages=1)
+    assert "ONE = True" in src and "SPLIT = True" in src
+    module = load_source(src, f"kforge_moe_test_fp16x1_{activation}")
+    three = load_source(src.replace("ONE = True", "ONE = False"),
+                        f"kforge_moe_test_fp16x1_as3_{activation}")
+    bf16 = load_source(moe_source(num_experts=5, top_k=2, activation=activation,
+                                  dot_precision="bf16", interpret=True, block_m=16,
+                                  block_n=16, block_k=16, num_stages=1),
+                       f"kforge_moe_test_fp16x1_bf16_{activation}")
+    for seed, scale in zip((3, 4), scales):
+        args = _problem(seed=seed)
+        args[0] = args[0] * scale
+        want = _per_token(*args, activation, 1.702, 7.0)
+        allowance = 1e-2 * max(1.0, float(want.pow(2).mean().sqrt())) + 1e-2 * want.abs()
+        prepared = module.prepare_weights({3: args[3], 4: args[4], 5: args[5], 6: args[6]})
+        again = list(args)
+        again[3], again[5] = prepared[3], prepared[5]
+        errs = {}
+        for name, m, a in (("fp16x1", module, again), ("fp16x3", three, again),
+                           ("bf16", bf16, args)):
+            (out,) = m.launch(*a)
+            assert torch.isfinite(out).all()
+            errs[name] = float(((out.double() - want).abs() / allowance).max())
+        assert errs["fp16x1"] <= 0.25, errs
+        assert errs["fp16x1"] * 4 < errs["bf16"] and errs["fp16x1"] > 10 * errs["fp16x3"], errs
+
+
 def test_regions_upstream_of_a_router_compile_strict_under_bf16(tmp_path, kforge_opt):
     """Under bf16, the regions whose results reach the router's topk (the projection before it,
     the router, the experts of a layer that feeds the next router) are compiled and verified
@@ -297,3 +334,79 @@ def test_regions_upstream_of_a_router_compile_strict_under_bf16(tmp_path, kforge
     entry = read_manifest(tmp_path / "pkg")["kernels"][h]
     assert entry["precision"] == "strict" and entry["verification"]["precision"] == "strict"
     assert h in load_package(tmp_path / "pkg").kernels
+
+
+def test_the_last_layers_experts_are_split_off_and_keep_bf16(tmp_path, kforge_opt):
+    """Two layers with the same experts' shapes share one MoE region: the first layer's call
+    feeds the second router (strict), the second's reaches only the head. Under bf16 the
+    compile splits that call off as a region of its own (the manifest's site_regions), which
+    keeps bf16 on the fp16x1 scheme and verifies; the model runs within bf16's tolerance, and
+    compiling again splits nothing more. Under strict nothing is split."""
+    from kforge.build import compile_model
+    from kforge.package import open_package, read_manifest
+    from kforge.runtime import load_package
+    from kforge.selection import selection_feeders, unselected_calls
+    from kforge.synth import SynthOptions
+
+    class Layer(torch.nn.Module):
+        def __init__(self, seed):
+            super().__init__()
+            _, _, _, w1, b1, w2, b2 = _problem(seed=seed, tokens=16, experts=6)
+            self.router = torch.nn.Linear(32, 6)
+            self.w1, self.b1 = torch.nn.Parameter(w1), torch.nn.Parameter(b1)
+            self.w2, self.b2 = torch.nn.Parameter(w2), torch.nn.Parameter(b2)
+
+        def forward(self, x):
+            top, index = torch.topk(self.router(x), 2, dim=-1)
+            return x + torch.ops.kforge.moe_experts(x, index, torch.softmax(top, dim=-1),
+                                                    self.w1, self.b1, self.w2, self.b2,
+                                                    "gpt_oss", 1.702, 7.0)
+
+    class TwoLayers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Layer(4), Layer(5)])
+            self.head = torch.nn.Linear(32, 24)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    model = TwoLayers().eval()
+    x = torch.randn(16, 32)
+    doc = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", precision="bf16",
+                                                              rounds=0), example_inputs=(x,))
+    assert all(r["status"] == "verified" for r in doc["regions"]), doc["regions"]
+    manifest = read_manifest(tmp_path / "pkg")
+    sites = manifest.get("site_regions") or {}
+    kernels = manifest["kernels"]
+    # the experts' call, and the other shared regions' second calls (the residual add after
+    # the experts), each split off
+    assert sites and all(rec["call"] == 1 and "no selection op" in rec["why"]
+                         for rec in sites.values()), sites
+    h2, moe = next((h, rec["region"]) for h, rec in sites.items()
+                   if kernels[h]["launch"]["config"].get("fp32_dot"))
+    assert kernels[moe]["precision"] == "strict"
+    assert kernels[moe]["launch"]["config"]["fp32_dot"] == "fp16x3"
+    assert all(kernels[h]["precision"] == "bf16" for h in sites)
+    assert kernels[h2]["launch"]["config"]["fp32_dot"] == "fp16x1"
+    package = open_package(tmp_path / "pkg")
+    feeders = selection_feeders(package.plan)
+    assert moe in feeders and not any(h in feeders for h in sites)
+    assert unselected_calls(package.plan) == {}
+    compiled = load_package(tmp_path / "pkg")
+    assert {moe, h2} <= set(compiled.kernels)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=2e-2, rtol=2e-2)
+    again = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", precision="bf16",
+                                                                rounds=0), example_inputs=(x,))
+    assert read_manifest(tmp_path / "pkg").get("site_regions") == sites
+    assert all(r["status"] == "verified" for r in again["regions"])
+    strict = compile_model(model, tmp_path / "strict", SynthOptions(target="cpu",
+                                                                    precision="strict",
+                                                                    rounds=0),
+                           example_inputs=(x,))
+    assert not read_manifest(tmp_path / "strict").get("site_regions")
+    assert all(r["status"] == "verified" for r in strict["regions"])

@@ -35,6 +35,8 @@ Precision (`dot_precision`): "ieee" multiplies fp32 operands through `fp32_dot`:
   the running fp32 sum; the power-of-two scales are undone exactly in the epilogue. The up
   projection loads gate and up columns as one contiguous [BLOCK_K, 2 * BLOCK_N] tile and splits
   the accumulator in registers.
+* "fp16x1" (the bf16 policy's: 11 significant bits where bf16 keeps 8): the same planes, the
+  hi ones alone, one fp16 product a K step (the lo planes are written and not read).
 * "tf32x3": Triton's 3xTF32 split, fp32-accurate; "ieee": plain FMA.
 "tf32"; "bf16" casts the tiles to bf16 (fp32 accumulation). 16-bit inputs use their own tensor
 cores. Intermediates (h, y) are fp32. The Triton interpreter multiplies exactly in fp32 whatever
@@ -50,7 +52,7 @@ from kforge.kernels.gemm import _PREP_ROWS_FP16
 ACTIVATIONS = {"gpt_oss": 0, "swiglu": 1}
 DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
 DOT_PRECISIONS = ("ieee", "tf32", "bf16")
-FP32_DOTS = ("fp16x3", "tf32x3", "ieee")
+FP32_DOTS = ("fp16x3", "tf32x3", "ieee", "fp16x1")
 
 _KERNELS = MMA_SOURCE + _PREP_ROWS_FP16.format(name="_moe") + '''
 
@@ -244,21 +246,28 @@ def _mma3(a_hi, a_lo, b_hi, b_lo, INTERP: tl.constexpr):
 
 @triton.jit
 def _planes_dot(A, LO_A, a_rows, row_ok, B, LO_B, LDB, cols, col_ok, KDIM, acc,
-                BLOCK_K: tl.constexpr, INTERP: tl.constexpr):
+                BLOCK_K: tl.constexpr, INTERP: tl.constexpr, ONE: tl.constexpr):
     """acc + A[a_rows, :] @ B[:, cols] over K = KDIM, both operands as fp16 hi/lo planes (the
-    lo plane LO_A / LO_B elements after the hi one; A's rows KDIM long, B's LDB)."""
+    lo plane LO_A / LO_B elements after the hi one; A's rows KDIM long, B's LDB); ONE
+    (fp16x1): the hi planes alone, one fp16 product."""
     for k0 in range(0, KDIM, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_ok = ks < KDIM
         am = row_ok[:, None] & k_ok[None, :]
         ao = a_rows[:, None] * KDIM + ks[None, :]
         a_hi = tl.load(A + ao, mask=am, other=0.0)
-        a_lo = tl.load(A + LO_A + ao, mask=am, other=0.0)
         bm = k_ok[:, None] & col_ok[None, :]
         bo = ks[:, None] * LDB + cols[None, :]
         b_hi = tl.load(B + bo, mask=bm, other=0.0)
-        b_lo = tl.load(B + LO_B + bo, mask=bm, other=0.0)
-        acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
+        if ONE:
+            if INTERP:
+                acc += tl.dot(a_hi.to(tl.float32), b_hi.to(tl.float32), input_precision="ieee")
+            else:
+                acc = tl.dot(a_hi, b_hi, acc)
+        else:
+            a_lo = tl.load(A + LO_A + ao, mask=am, other=0.0)
+            b_lo = tl.load(B + LO_B + bo, mask=bm, other=0.0)
+            acc += _mma3(a_hi, a_lo, b_hi, b_lo, INTERP)
     return acc
 
 
@@ -274,7 +283,8 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM
              sbe, sbn,
              K: tl.constexpr, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+             BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr, INTERP: tl.constexpr,
+             ONE: tl.constexpr):
     pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
     e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
@@ -293,7 +303,8 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM
         lo_w = HID.to(tl.int64) * W
         lo_x = T.to(tl.int64) * HID
         acc = _planes_dot(XP, lo_x, tok, row_ok, wb, lo_w, W, cols, col_ok, HID,
-                          tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), BLOCK_K, INTERP)
+                          tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), BLOCK_K, INTERP,
+                          ONE)
         sx = tl.load(SX + tok, mask=row_ok, other=0.0)
         sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
         b = tl.load(B1 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
@@ -315,7 +326,7 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM
 def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, HID, INTER,
                NUM_M, NUM_N, sbe, sbn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, GROUP_M: tl.constexpr,
-               INTERP: tl.constexpr):
+               INTERP: tl.constexpr, ONE: tl.constexpr):
     pid_m, pid_n = _grid_ids(NUM_M, NUM_N, GROUP_M)
     e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
@@ -325,7 +336,8 @@ def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, H
         lo_w = INTER.to(tl.int64) * HID
         lo_h = NPAIRS.to(tl.int64) * INTER
         acc = _planes_dot(HP, lo_h, h_rows, row_ok, wb, lo_w, HID, cols, col_ok, INTER,
-                          tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_K, INTERP)
+                          tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_K, INTERP,
+                          ONE)
         sh = tl.load(SH + h_rows, mask=row_ok, other=0.0)
         sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
         b = tl.load(B2 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
@@ -422,7 +434,7 @@ def launch(x, index, weight, w1, b1, w2, b2):
             xp, sx, w1p, b1, order, counts, offsets, h, E, T, HID, INTER, tiles, n_up,
             b1.stride(0), b1.stride(1), K=TOP_K, ACT=ACT, ALPHA=ALPHA, LIMIT=LIMIT,
             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, GROUP_M=GROUP_M,
-            INTERP=INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            INTERP=INTERPRET, ONE=ONE, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         hp = torch.empty((2, npairs, INTER), dtype=torch.float16, device=dev)
         sh = torch.empty(npairs, dtype=torch.float32, device=dev)
         _moe_prep_a_fp16[(npairs,)](h, hp, sh, npairs, INTER, h.stride(0), BLOCK=BLOCK_R)
@@ -432,7 +444,7 @@ def launch(x, index, weight, w1, b1, w2, b2):
         _moe_down3[(tiles * n_down,)](
             hp, sh, w2p, b2, weight, order, counts, offsets, y, E, npairs, HID, INTER, tiles,
             n_down, b2.stride(0), b2.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=2 * BLOCK_N,
-            BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, GROUP_M=GROUP_M, INTERP=INTERPRET,
+            BLOCK_K=BLOCK_K, BLOCK_E=BLOCK_E, GROUP_M=GROUP_M, INTERP=INTERPRET, ONE=ONE,
             num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     else:
         h = torch.empty((npairs, INTER), dtype=torch.float32, device=dev)
@@ -482,7 +494,7 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
         raise ValueError(f"group_m must be positive, got {group_m}")
     if fp32_dot not in FP32_DOTS:
         raise ValueError(f"fp32_dot {fp32_dot!r}: expected one of {FP32_DOTS}")
-    split = dtype == "fp32" and dot_precision == "ieee" and fp32_dot == "fp16x3"
+    split = dtype == "fp32" and dot_precision == "ieee" and fp32_dot in ("fp16x3", "fp16x1")
     if split:
         prec = ""
     elif dtype == "fp32":
@@ -510,6 +522,7 @@ def moe_source(*, num_experts: int, top_k: int, activation: str = "gpt_oss",
         BLOCK_R = 1024
         BLOCK_S = 256
         SPLIT = {bool(split)}
+        ONE = {bool(split and fp32_dot == "fp16x1")}
         PREC = {prec!r}
         LOWP = {bool(lowp)}
         W16 = {dtype != "fp32"}

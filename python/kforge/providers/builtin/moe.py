@@ -9,10 +9,14 @@ The policy says how the products are taken:
 |---|---|
 | strict | fp16 hi/lo splits, three fp16 products (`fp16x3`), then 3xTF32 (`tf32x3`) |
 | tf32 | TF32, then fp16x3 |
-| bf16 | bf16 operands with fp32 accumulation, then fp16x3 |
+| bf16 | fp16x1 (the fp16x3 planes, the hi ones alone), then bf16 operands with fp32 accumulation, then fp16x3 |
 
 (a region upstream of a router's selection is compiled strict under every policy:
-kforge.selection)
+kforge.selection; a call of a shared region that reaches no router is split off at compile
+time and keeps the policy: kforge.package.split_unselected_calls). fp16x1 comes first under
+bf16: in a CPU emulation of gpt-oss-20b's prefill (benchmarks/results/
+2026-12-05k-cpu-gptoss-last-experts/) the last layer's experts on fp16x1 left the logits at 0.20
+of the bf16 allowance, on bf16 operands at 1.28.
 
 A 16-bit model multiplies on its own tensor cores under every policy.
 """
@@ -23,11 +27,12 @@ from kforge.providers.builtin.attention import OPERAND_DTYPES
 from kforge.providers.builtin.emitter import CannotGenerate
 
 _FP16X3 = {"dot_precision": "ieee", "fp32_dot": "fp16x3"}
+_FP16X1 = {"dot_precision": "ieee", "fp32_dot": "fp16x1"}
 _TF32X3 = {"dot_precision": "ieee", "fp32_dot": "tf32x3"}
 SCHEMES = {
     "strict": [_FP16X3, _TF32X3],
     "tf32": [{"dot_precision": "tf32"}, _FP16X3],
-    "bf16": [{"dot_precision": "bf16"}, _FP16X3],
+    "bf16": [_FP16X1, {"dot_precision": "bf16"}, _FP16X3],
 }
 
 
@@ -67,8 +72,8 @@ def moe_space(spec, target, precision: str) -> list[dict]:
     if opts["dtype"] != "fp32":
         schemes = schemes[:1]      # 16-bit operands multiply on their own tensor cores
     for scheme in schemes:
-        split = opts["dtype"] == "fp32" and scheme.get("fp32_dot") == "fp16x3" and \
-            scheme["dot_precision"] == "ieee"
+        split = opts["dtype"] == "fp32" and scheme.get("fp32_dot") in ("fp16x3", "fp16x1") \
+            and scheme["dot_precision"] == "ieee"
         for tile in moe_configs(opts["dtype"], where, rows=rows_per_expert, split=split):
             space.append({**tile, **scheme})
     return space
