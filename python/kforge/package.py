@@ -320,14 +320,22 @@ def split_site(pkg: Path, h: str, k: int, why: str) -> tuple[str, int]:
     return h2, call
 
 
+# Only with KFORGE_SPLIT_UNSELECTED=1. On the H100 (2026-12-06, benchmarks/results/
+# 2026-12-06f-h100-gptoss-prefill-last-experts/) gpt-oss-20b's split last-layer experts got the
+# fp16x1 MoE kernel, which the verifier rejected on its mixed-magnitude inputs (8 of 11.8M
+# elements outside: the activation's clamp at 7 turns fp16 rounding near it into jumps), and
+# the region ran its fp32 reference: 42.6 ms a call where every MoE call on fp16x3 took 26.5.
+SPLIT_UNSELECTED_ENV = "KFORGE_SPLIT_UNSELECTED"
+
+
 def split_unselected_calls(pkg: Path, policy: str) -> list[str]:
-    """Under a reduced-precision policy, split off (split_site) each call of a region upstream
+    """With KFORGE_SPLIT_UNSELECTED=1, under a reduced-precision policy, split off (split_site) each call of a region upstream
     of a selection op (kforge.selection: compiled strict) whose own results reach none, so
     that it keeps the policy: gpt-oss's last layer's experts, after its last router, run the
     policy's scheme instead of strict's. Returns the new hashes (none under strict, or where
     every call of every such region feeds a selection)."""
     from kforge.selection import unselected_calls
-    if policy == "strict":
+    if policy == "strict" or os.environ.get(SPLIT_UNSELECTED_ENV) != "1":
         return []
     new = []
     while True:

@@ -13,9 +13,9 @@ So under a reduced-precision policy a region whose results reach a selection op 
 chain of steps of the host plan) is compiled and verified under `strict`. A strict kernel meets
 every policy (`meets`). Regions downstream of the last selection (a final norm, the LM head)
 keep the package's policy. Regions are deduplicated across layers: a region is upstream where
-any of its calls is; at compile time the calls of such a region that reach no selection op are
-split off as regions of their own (`unselected_calls`, kforge.package.split_unselected_calls),
-which keep the policy.
+any of its calls is; with KFORGE_SPLIT_UNSELECTED=1, at compile time the calls of such a region
+that reach no selection op are split off as regions of their own (`unselected_calls`,
+kforge.package.split_unselected_calls), which keep the policy.
 
 The whole-model check (kforge.modelcheck, `kforge tune --check`) raises regions the same way:
 each region passes its own check, yet their errors can add up through a deep model beyond the

@@ -336,12 +336,13 @@ def test_regions_upstream_of_a_router_compile_strict_under_bf16(tmp_path, kforge
     assert h in load_package(tmp_path / "pkg").kernels
 
 
-def test_the_last_layers_experts_are_split_off_and_keep_bf16(tmp_path, kforge_opt):
+def test_the_last_layers_experts_are_split_off_and_keep_bf16(tmp_path, kforge_opt, monkeypatch):
     """Two layers with the same experts' shapes share one MoE region: the first layer's call
-    feeds the second router (strict), the second's reaches only the head. Under bf16 the
-    compile splits that call off as a region of its own (the manifest's site_regions), which
-    keeps bf16 on the fp16x1 scheme and verifies; the model runs within bf16's tolerance, and
-    compiling again splits nothing more. Under strict nothing is split."""
+    feeds the second router (strict), the second's reaches only the head. Under bf16 with
+    KFORGE_SPLIT_UNSELECTED=1 the compile splits that call off as a region of its own (the
+    manifest's site_regions), which keeps bf16 on the fp16x1 scheme and verifies; the model
+    runs within bf16's tolerance, and compiling again splits nothing more. Under strict, or
+    without the variable, nothing is split."""
     from kforge.build import compile_model
     from kforge.package import open_package, read_manifest
     from kforge.runtime import load_package
@@ -376,6 +377,13 @@ def test_the_last_layers_experts_are_split_off_and_keep_bf16(tmp_path, kforge_op
     torch.manual_seed(0)
     model = TwoLayers().eval()
     x = torch.randn(16, 32)
+    monkeypatch.delenv("KFORGE_SPLIT_UNSELECTED", raising=False)
+    plain = compile_model(model, tmp_path / "plain", SynthOptions(target="cpu", precision="bf16",
+                                                                  rounds=0),
+                          example_inputs=(x,))
+    assert not read_manifest(tmp_path / "plain").get("site_regions")
+    assert all(r["status"] == "verified" for r in plain["regions"])
+    monkeypatch.setenv("KFORGE_SPLIT_UNSELECTED", "1")
     doc = compile_model(model, tmp_path / "pkg", SynthOptions(target="cpu", precision="bf16",
                                                               rounds=0), example_inputs=(x,))
     assert all(r["status"] == "verified" for r in doc["regions"]), doc["regions"]

@@ -12,11 +12,14 @@ The policy says how the products are taken:
 | bf16 | fp16x1 (the fp16x3 planes, the hi ones alone), then bf16 operands with fp32 accumulation, then fp16x3 |
 
 (a region upstream of a router's selection is compiled strict under every policy:
-kforge.selection; a call of a shared region that reaches no router is split off at compile
-time and keeps the policy: kforge.package.split_unselected_calls). fp16x1 comes first under
-bf16: in a CPU emulation of gpt-oss-20b's prefill (benchmarks/results/
+kforge.selection; with KFORGE_SPLIT_UNSELECTED=1 a call of a shared region that reaches no
+router is split off at compile time and keeps the policy: kforge.package.split_unselected_calls).
+fp16x1 comes first under bf16: in a CPU emulation of gpt-oss-20b's prefill (benchmarks/results/
 2026-12-05k-cpu-gptoss-last-experts/) the last layer's experts on fp16x1 left the logits at 0.20
-of the bf16 allowance, on bf16 operands at 1.28.
+of the bf16 allowance, on bf16 operands at 1.28. On the H100 (2026-12-06, 2026-12-06f-h100-
+gptoss-prefill-last-experts) the verifier rejected the fp16x1 kernel for those experts on its
+mixed-magnitude inputs (8 of 11.8M elements outside: gpt-oss's clamp at 7 turns the rounding of
+pre-activations near it into jumps); a compile with repair rounds goes on to the next scheme.
 
 A 16-bit model multiplies on its own tensor cores under every policy.
 """
