@@ -56,15 +56,14 @@ def meets(verified: str | None, policy: str) -> bool:
     return _ORDER.index(verified) < _ORDER.index(policy)
 
 
-def selection_feeders(plan) -> dict[str, str]:
-    """Region hash -> the selection op its results reach first ("aten.topk"), for every region
-    (a CallStep or KernelStep of `plan`) upstream of a selection op."""
+def _feeding_steps(plan) -> dict[int, tuple]:
+    """id(step) -> (the step, the selection op its results reach first) for every step of
+    `plan` upstream of a selection op."""
     producer = {}
     for step in plan.steps:
         for r in getattr(step, "results", ()):
             producer[r] = step
-    out: dict[str, str] = {}
-    seen: set[int] = set()
+    out: dict[int, tuple] = {}
     for step in plan.steps:
         name = getattr(step, "name", "")
         if name not in SELECTION_OPS:
@@ -72,13 +71,21 @@ def selection_feeders(plan) -> dict[str, str]:
         stack = [producer[o] for o in step.operands if o in producer]
         while stack:
             s = stack.pop()
-            if id(s) in seen:
+            if id(s) in out:
                 continue
-            seen.add(id(s))
-            h = getattr(s, "call", None)
-            if h:
-                out.setdefault(h, name)
+            out[id(s)] = (s, name)
             stack.extend(producer[o] for o in getattr(s, "operands", ()) if o in producer)
+    return out
+
+
+def selection_feeders(plan) -> dict[str, str]:
+    """Region hash -> the selection op its results reach first ("aten.topk"), for every region
+    (a CallStep or KernelStep of `plan`) upstream of a selection op."""
+    out: dict[str, str] = {}
+    for s, name in _feeding_steps(plan).values():
+        h = getattr(s, "call", None)
+        if h:
+            out.setdefault(h, name)
     return out
 
 
@@ -87,21 +94,7 @@ def unselected_calls(plan) -> dict[str, list[int]]:
     no selection op, for each region that has another call whose results do: the calls that
     kforge.package.split_unselected_calls splits off, so that they keep the package's policy
     (gpt-oss's last layer's experts, after its last router)."""
-    producer = {}
-    for step in plan.steps:
-        for r in getattr(step, "results", ()):
-            producer[r] = step
-    feeding: set[int] = set()
-    for step in plan.steps:
-        if getattr(step, "name", "") not in SELECTION_OPS:
-            continue
-        stack = [producer[o] for o in step.operands if o in producer]
-        while stack:
-            s = stack.pop()
-            if id(s) in feeding:
-                continue
-            feeding.add(id(s))
-            stack.extend(producer[o] for o in getattr(s, "operands", ()) if o in producer)
+    feeding = _feeding_steps(plan)
     calls: dict[str, list[bool]] = {}
     for step in plan.steps:
         h = getattr(step, "call", None)
