@@ -229,12 +229,13 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
                      "it takes from this allocator")
         lines.append("    triton.set_allocator(lambda size, alignment, stream: "
                      "torch.empty(size, device=device, dtype=torch.int8))")
+    shared_ids = {id(k) for k in shared}
     for i, k in enumerate(b.kernels):
-        if k not in shared:
+        if id(k) not in shared_ids:
             lines.append(f"    {k.call()}")
             continue
         outs = ", ".join(k.outputs)
-        ins = [t for t in k.tensors[:len(k.tensors) - len(k.outputs)]]
+        ins = k.tensors[:len(k.tensors) - len(k.outputs)]
         lines.append(f"    def _pass_{i}():")
         lines += [f"        {o} = {allocs[o]}" for o in k.outputs]
         lines += [f"        {k.call()}", f"        return ({outs},)"]
