@@ -152,6 +152,20 @@ def test_moe_op_becomes_a_region_with_a_verified_builtin_kernel(tmp_path, kforge
     assert moe[0]["hash"] in compiled.kernels
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    # the builtin's order for this region on the GPU: under bf16 each scheme's first tile
+    # before the other tiles (a repair after an accuracy rejection reaches the next scheme);
+    # under strict each scheme's tiles together
+    from kforge.package import open_package
+    from kforge.providers.builtin.moe import moe_space
+    from kforge.targets import get_target
+    spec = open_package(tmp_path / "pkg").specs[moe[0]["hash"]]
+    schemes = lambda space: [c.get("fp32_dot") or c["dot_precision"] for c in space]
+    order = ["fp16x1", "fp16x3", "bf16"]
+    bf16 = schemes(moe_space(spec, get_target("cuda"), "bf16"))
+    assert bf16[:3] == order and bf16[3:] == sorted(bf16[3:], key=order.index)
+    assert all(bf16.count(s) >= 2 for s in order)       # the other tiles follow
+    strict = schemes(moe_space(spec, get_target("cuda"), "strict"))
+    assert strict == sorted(strict, key=["fp16x3", "tf32x3"].index) and strict[0] == "fp16x3"
 
 
 class _Experts(torch.nn.Module):
