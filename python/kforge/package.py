@@ -329,9 +329,9 @@ SPLIT_UNSELECTED_ENV = "KFORGE_SPLIT_UNSELECTED"
 
 
 def split_unselected_calls(pkg: Path, policy: str) -> list[str]:
-    """With KFORGE_SPLIT_UNSELECTED=1, under a reduced-precision policy, split off (split_site) each call of a region upstream
-    of a selection op (kforge.selection: compiled strict) whose own results reach none, so
-    that it keeps the policy: gpt-oss's last layer's experts, after its last router, run the
+    """With KFORGE_SPLIT_UNSELECTED=1, under a reduced-precision policy, split off (split_site)
+    each call of a region upstream of a selection op (kforge.selection: compiled strict) whose
+    own results reach none, so that it keeps the policy: gpt-oss's last layer's experts, after its last router, run the
     policy's scheme instead of strict's. Returns the new hashes (none under strict, or where
     every call of every such region feeds a selection)."""
     from kforge.selection import unselected_calls

@@ -214,7 +214,7 @@ class CompiledModel:
             out = run_host_plan(self.package.plan, self.package.specs, args, self.weights,
                                 kernels=self.kernels, references=self.references,
                                 step_timer=step_timer)
-            if cache is not None:       # operand passes served from another region's / run
+            if cache is not None:       # this run's operand passes: (served, run)
                 self.shared_passes = (cache.hits, cache.runs)
             return out
 

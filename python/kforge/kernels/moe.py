@@ -260,10 +260,7 @@ def _planes_dot(A, LO_A, a_rows, row_ok, B, LO_B, LDB, cols, col_ok, KDIM, acc,
         bo = ks[:, None] * LDB + cols[None, :]
         b_hi = tl.load(B + bo, mask=bm, other=0.0)
         if ONE:
-            if INTERP:
-                acc += tl.dot(a_hi.to(tl.float32), b_hi.to(tl.float32), input_precision="ieee")
-            else:
-                acc = tl.dot(a_hi, b_hi, acc)
+            acc += _mma(a_hi, b_hi, "", INTERP)
         else:
             a_lo = tl.load(A + LO_A + ao, mask=am, other=0.0)
             b_lo = tl.load(B + LO_B + bo, mask=bm, other=0.0)

@@ -55,12 +55,10 @@ def _default_config(spec, target, precision: str, stage: RegionShape) -> dict:
     return config
 
 
-def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str,
-                 share_a: str | None = None) -> None:
-    """`share_a`: the product (a partner's) whose A pass this stage reads instead of its own
-    (the same A, the same scheme)."""
+def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> None:
     spec, target = b.spec, b.target
     outputs = stage.stores
+    share_a = None      # the partner's product whose A pass this stage reads instead of its own
     if stage.kind == "elementwise":
         _elementwise_by_size(b, outputs, config, f"{stem}_elementwise")
         return

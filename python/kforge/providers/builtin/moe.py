@@ -9,7 +9,7 @@ The policy says how the products are taken:
 |---|---|
 | strict | fp16 hi/lo splits, three fp16 products (`fp16x3`), then 3xTF32 (`tf32x3`) |
 | tf32 | TF32, then fp16x3 |
-| bf16 | fp16x1 (the fp16x3 planes, the hi ones alone), then fp16x3, then bf16 operands with fp32 accumulation |
+| bf16 | fp16x1 (fp16x3's hi planes alone), then fp16x3, then bf16 operands (fp32 accumulation) |
 
 (a region upstream of a router's selection is compiled strict under every policy:
 kforge.selection; with KFORGE_SPLIT_UNSELECTED=1 a call of a shared region that reaches no
