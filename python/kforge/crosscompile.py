@@ -60,9 +60,10 @@ class KernelReport:
 
 # What a kernel's PTX shows of its inner loop's work, where no GPU can time it (a proxy: counts
 # of instructions in the text, not of executions): tensor-core products, TMA copies, cross-lane
-# shuffles (reductions, layout changes), barriers, pre-Hopper async copies, local memory
-# (spills), and the PTX's length. Prepared fp16x1 attention against the per-tile one it replaced,
-# 2026-12-05: 96 shuffles and 12 barriers against 384 and 54 (benchmarks/attention/NOTES.md).
+# shuffles (reductions, layout changes), barriers, pre-Hopper async copies and the narrow ones
+# among them, local memory (spills), and the PTX's length. Prepared fp16x1 attention against the
+# per-tile one it replaced, 2026-12-05: 96 shuffles and 12 barriers against 384 and 54
+# (benchmarks/attention/NOTES.md).
 PTX_OPS = {
     "wgmma": r"wgmma\.mma_async",
     "mma.sync": r"\bmma\.sync",
@@ -71,6 +72,9 @@ PTX_OPS = {
     "shfl": r"shfl\.sync",
     "bar": r"\b(?:bar|barrier)\.sync",
     "cp.async": r"cp\.async\.(?:ca|cg)",
+    # copies of 4 or 8 bytes (.cg takes 16 only): a tile whose loads did not vectorize (the
+    # MoE up projection's weight tiles, 2026-12-06: a mask alternating every other column)
+    "cp.async.narrow": r"cp\.async\.ca\b",
     "local": r"\b(?:ld|st)\.local",
 }
 
