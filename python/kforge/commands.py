@@ -311,6 +311,10 @@ def cmd_xcompile(args) -> int:
                   f"{spirv:>9s} {k.num_warps or '':>5} {k.compile_s:5.1f}")
             if k.error:
                 print(f"    {k.error.splitlines()[0][:300]}")
+            if ops.get("cp.async.narrow"):
+                print(f"    {ops['cp.async.narrow']} of its {ops.get('cp.async', 0)} async copies "
+                      "move 4 or 8 bytes: a tile load that did not vectorize (a mask or offset "
+                      "that is not constant over 8 contiguous elements?)")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {h: [k.to_json() for k in ks] for h, ks in report.items()}, indent=1) + "\n")
