@@ -16,6 +16,9 @@ and the bf16 policy's scheme for router-feeding layers) unless MOE_SCHEME=fp16x1
    [T * top-k, 2880] x [2880, 5760] and [T * top-k, 2880] x [2880, 2880]), and cuBLAS bf16 on
    them: what the grouped kernels would take at the dense kernel's pace.
 Every variant's output is compared with the first's (max |diff| / max |out|).
+MOE_DTYPE=bf16 runs the operands in bf16 (a model cast to bf16: kernels.moe's 16-bit path,
+`_moe_up` / `_moe_down`); MOE_MODULE=PATH takes kernels/moe.py from PATH instead (an A/B
+against an earlier version); MOE_VARIANTS=first times the first configuration alone.
 Writes $OUT/moe_ab.json and prints a table.
 """
 from __future__ import annotations
@@ -32,11 +35,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kforge.kernels.moe import load_source, moe_configs, moe_source  # noqa: E402
+if os.environ.get("MOE_MODULE"):     # another version of kernels/moe.py (an A/B)
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location("kforge_moe_other", os.environ["MOE_MODULE"])
+    _moe = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_moe)
+    load_source, moe_configs, moe_source = _moe.load_source, _moe.moe_configs, _moe.moe_source
+else:
+    from kforge.kernels.moe import load_source, moe_configs, moe_source  # noqa: E402
 
 T = int(os.environ.get("MOE_T", "4096"))
 E, TOPK, HID, INTER = 32, 4, 2880, 2880
 SCHEME = os.environ.get("MOE_SCHEME", "fp16x3")
+DTYPE = os.environ.get("MOE_DTYPE", "fp32")          # bf16: a model cast to bf16
 
 
 def bench(fn) -> float:
@@ -48,6 +59,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE]
     x = torch.randn(T, HID, device=dev, generator=g)
     logits = torch.randn(T, E, device=dev, generator=g)
     top, index = torch.topk(logits, TOPK, dim=-1)
@@ -56,22 +68,25 @@ def main() -> int:
     b1 = (torch.rand(E, 2 * INTER, device=dev, generator=g) * 2 - 1) / HID ** 0.5
     w2 = (torch.rand(E, INTER, HID, device=dev, generator=g) * 2 - 1) / INTER ** 0.5
     b2 = (torch.rand(E, HID, device=dev, generator=g) * 2 - 1) / INTER ** 0.5
+    x, weight, w1, b1, w2, b2 = (t.to(dt) for t in (x, weight, w1, b1, w2, b2))
     counts = torch.bincount(index.reshape(-1), minlength=E)
     flop = 2 * T * TOPK * HID * 2 * INTER + 2 * T * TOPK * INTER * HID
     result = {"T": T, "experts": E, "top_k": TOPK, "hidden": HID, "inter": INTER,
-              "scheme": SCHEME, "flop": flop, "rows_per_expert_min_max":
+              "scheme": SCHEME if DTYPE == "fp32" else DTYPE, "flop": flop, "rows_per_expert_min_max":
               [int(counts.min()), int(counts.max())], "variants": []}
-    configs = moe_configs("fp32", "cuda", rows=T * TOPK // E, split=True)
+    configs = moe_configs(DTYPE, "cuda", rows=T * TOPK // E, split=DTYPE == "fp32")
     variants = [dict(c) for c in configs]
     for gm in (4, 16, 32):
         variants.append(dict(configs[0], group_m=gm))
+    if os.environ.get("MOE_VARIANTS") == "first":          # the first configuration alone
+        variants = variants[:1]
     ref = None
     first_mod = None
     for i, cfg in enumerate(variants):
         row = {"config": cfg}
         try:
             src = moe_source(num_experts=E, top_k=TOPK, activation="gpt_oss", alpha=1.702,
-                             limit=7.0, dtype="fp32", dot_precision="ieee", fp32_dot=SCHEME,
+                             limit=7.0, dtype=DTYPE, dot_precision="ieee", fp32_dot=SCHEME,
                              **cfg)
             mod = load_source(src, f"kforge_moe_ab_{i}")
             prepared = mod.prepare_weights({3: w1, 5: w2})
@@ -82,7 +97,7 @@ def main() -> int:
                 ref, first_mod, first_args = y, mod, args
             row["diff"] = ((y - ref).abs().max() / ref.abs().max()).item()
             row["ms"] = bench(lambda: mod.launch(*args))
-            row["tflops_3x"] = 3 * flop / row["ms"] / 1e9
+            row["tflops_3x"] = (3 if DTYPE == "fp32" else 1) * flop / row["ms"] / 1e9
             del prepared, args, y
         except Exception as e:                      # noqa: BLE001 - a variant that fails
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -108,7 +123,7 @@ def main() -> int:
     print(json.dumps(result["profile_ms"], indent=1), flush=True)
     del first_args, ref
     torch.cuda.empty_cache()
-    # 3. dense fp16x3 of the same products
+    # 3. dense fp16x3 of the same products (and cuBLAS bf16: a bf16 model's route)
     import fp16x3_ab as fa
     dense = {}
     for name, (M, N, K) in {"up": (T * TOPK, 2 * INTER, HID),

@@ -132,40 +132,58 @@ def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER, NUM_M, NUM_N,
     e, h_rows, row_ok, pairs = _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M, BLOCK_E)
     if e >= 0:
         tok = pairs // K
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n0 = pid_n * BLOCK_N
+        cols = n0 + tl.arange(0, BLOCK_N)
         col_ok = cols < INTER
-        if ACT == 0:
-            gcols = 2 * cols
-            ucols = 2 * cols + 1
-        else:
-            gcols = cols
-            ucols = cols + INTER
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         w_base = W1 + e.to(tl.int64) * swe
-        for k0 in range(0, HID, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < HID
-            a = tl.load(X + tok[:, None] * sxt + ks[None, :] * sxh,
-                        mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            wmask = k_ok[:, None] & col_ok[None, :]
-            wg = tl.load(w_base + ks[:, None] * swk + gcols[None, :] * swn, mask=wmask, other=0.0)
-            wu = tl.load(w_base + ks[:, None] * swk + ucols[None, :] * swn, mask=wmask, other=0.0)
-            if LOWP:
-                a = a.to(tl.bfloat16)
-                wg = wg.to(tl.bfloat16)
-                wu = wu.to(tl.bfloat16)
-            acc_g += _mma(a, wg, PREC, INTERP)
-            acc_u += _mma(a, wu, PREC, INTERP)
-        bg = tl.load(B1 + e.to(tl.int64) * sbe + gcols * sbn, mask=col_ok, other=0.0)
-        bu = tl.load(B1 + e.to(tl.int64) * sbe + ucols * sbn, mask=col_ok, other=0.0)
-        g = acc_g + bg.to(tl.float32)[None, :]
-        u = acc_u + bu.to(tl.float32)[None, :]
         if ACT == 0:
+            # gate and up interleaved: one run of 2 * BLOCK_N columns, one product, split in
+            # registers (two loads of every other column were 2-byte gathers)
+            wcols = 2 * n0 + tl.arange(0, 2 * BLOCK_N)
+            wc_ok = wcols < 2 * INTER
+            acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
+            for k0 in range(0, HID, BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)
+                k_ok = ks < HID
+                a = tl.load(X + tok[:, None] * sxt + ks[None, :] * sxh,
+                            mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                w = tl.load(w_base + ks[:, None] * swk + wcols[None, :] * swn,
+                            mask=k_ok[:, None] & wc_ok[None, :], other=0.0)
+                if LOWP:
+                    a = a.to(tl.bfloat16)
+                    w = w.to(tl.bfloat16)
+                acc += _mma(a, w, PREC, INTERP)
+            bw = tl.load(B1 + e.to(tl.int64) * sbe + wcols * sbn, mask=wc_ok, other=0.0)
+            acc = acc + bw.to(tl.float32)[None, :]
+            g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
             g = tl.minimum(g, LIMIT)
             u = tl.minimum(tl.maximum(u, -LIMIT), LIMIT)
             h = (u + 1.0) * (g * tl.sigmoid(g * ALPHA))
         else:
+            gcols = cols
+            ucols = cols + INTER
+            acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for k0 in range(0, HID, BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)
+                k_ok = ks < HID
+                a = tl.load(X + tok[:, None] * sxt + ks[None, :] * sxh,
+                            mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                wmask = k_ok[:, None] & col_ok[None, :]
+                wg = tl.load(w_base + ks[:, None] * swk + gcols[None, :] * swn, mask=wmask,
+                             other=0.0)
+                wu = tl.load(w_base + ks[:, None] * swk + ucols[None, :] * swn, mask=wmask,
+                             other=0.0)
+                if LOWP:
+                    a = a.to(tl.bfloat16)
+                    wg = wg.to(tl.bfloat16)
+                    wu = wu.to(tl.bfloat16)
+                acc_g += _mma(a, wg, PREC, INTERP)
+                acc_u += _mma(a, wu, PREC, INTERP)
+            bg = tl.load(B1 + e.to(tl.int64) * sbe + gcols * sbn, mask=col_ok, other=0.0)
+            bu = tl.load(B1 + e.to(tl.int64) * sbe + ucols * sbn, mask=col_ok, other=0.0)
+            g = acc_g + bg.to(tl.float32)[None, :]
+            u = acc_u + bu.to(tl.float32)[None, :]
             h = g * tl.sigmoid(g) * u
         dst = H1 + h_rows[:, None] * INTER + cols[None, :]
         tl.store(dst, h, mask=row_ok[:, None] & col_ok[None, :])
