@@ -313,8 +313,9 @@ def cmd_xcompile(args) -> int:
                 print(f"    {k.error.splitlines()[0][:300]}")
             if ops.get("cp.async.narrow"):
                 print(f"    {ops['cp.async.narrow']} of its {ops.get('cp.async', 0)} async copies "
-                      "move 4 or 8 bytes: a tile load that did not vectorize (a mask or offset "
-                      "that is not constant over 8 contiguous elements?)")
+                      "move 4 or 8 bytes: a tile load that did not vectorize (a mask that "
+                      "changes inside a 16-byte run, or rows that do not start 16-byte "
+                      "aligned)")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {h: [k.to_json() for k in ks] for h, ks in report.items()}, indent=1) + "\n")
