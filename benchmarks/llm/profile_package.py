@@ -32,6 +32,7 @@ KINDS = [
     ("split/cast pass", r"_split_[ab]\b|_cast_[ab]\b|_split_[ab]$|_cast_[ab]$"),
     ("attention prep", r"_prep_k16|_prep_v16"),
     ("attention", r"_attn_fwd|flash|fmha|attention|sdpa|cudnn.*mha"),
+    ("kforge moe", r"^_moe_"),
     ("kforge gemm", r"^kforge_region_.*_gemm"),
     ("kforge rows", r"^kforge_region_.*_rows"),
     ("kforge other", r"^kforge_|^_kforge|^kforge"),
