@@ -70,6 +70,21 @@ def test_grouped_kernel_matches_on_the_interpreter(activation, dot, tol):
 
 
 @pytest.mark.parametrize("activation", ["gpt_oss", "swiglu"])
+def test_grouped_kernel_on_a_bf16_model(activation):
+    """A model cast to bf16: 16-bit operands on their own path (`_moe_up` reads gpt-oss's
+    interleaved gate/up columns as one run and splits the product in registers), the result in
+    bf16, within bf16's rounding of the float64 definition on the same bf16 values."""
+    args = _problem(seed=2, dtype=torch.bfloat16)
+    src = moe_source(num_experts=5, top_k=2, activation=activation, dtype="bf16",
+                     interpret=True, block_m=16, block_n=32, block_k=32, num_stages=1)
+    (out,) = load_source(src, f"kforge_moe_test_bf16_model_{activation}").launch(*args)
+    want = _per_token(*args, activation, 1.702, 7.0)
+    scale = float(want.abs().max())
+    assert out.shape == want.shape and out.dtype == torch.bfloat16
+    assert float((out.double() - want).abs().max()) <= 2e-2 * max(1.0, scale)
+
+
+@pytest.mark.parametrize("activation", ["gpt_oss", "swiglu"])
 def test_fp16x3_scheme_is_fp32_accurate_prepared_or_not(activation):
     """The fp16 hi/lo scheme: weights re-stored once by prepare_weights (as the runtime and the
     verifier call it) or split at the call, activations scaled per row; x of 1e-3 and 1e3 (an
