@@ -42,9 +42,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _fp16x3(AH, AL, BH, BL, SA, SB, C, M, N, K,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-            GROUP_M: tl.constexpr, SUB: tl.constexpr):
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's output rows and columns, in grouped order (GROUP_M row tiles share their
+    B tiles in L2), as the builtin's pointer kernel takes them."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -55,6 +55,14 @@ def _fp16x3(AH, AL, BH, BL, SA, SB, C, M, N, K,
     pid_n = (pid % group) // group_m
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    return rm, rn
+
+
+@triton.jit
+def _fp16x3(AH, AL, BH, BL, SA, SB, C, M, N, K,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+            GROUP_M: tl.constexpr, SUB: tl.constexpr):
+    rm, rn = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, K, BLOCK_K * SUB):
         ka = k0 + tl.arange(0, BLOCK_K)[None, :]
@@ -95,16 +103,7 @@ def _fp16x4_cat(A2, B2, SA, SB, C, M, N, K,
     plane offsets. F steps chain into one `part` in the tensor core (a loop-carried
     accumulator, which Triton keeps in flight: wait_group 1), then `acc += part` in fp32; the
     two loops flattened into one pipeline. F = 0: no flush, all of K chained (a bound)."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % group_m
-    pid_n = (pid % group) // group_m
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    rm, rn = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     c4 = tl.arange(0, 4 * BLOCK_K)
     a_cols = (c4 // (2 * BLOCK_K)).to(tl.int64) * M * K + c4 % BLOCK_K        # hi hi lo lo
     b_cols = ((c4 // BLOCK_K) % 2).to(tl.int64) * N * K + c4 % BLOCK_K        # hi lo hi lo
