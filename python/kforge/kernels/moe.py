@@ -138,7 +138,8 @@ def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER, NUM_M, NUM_N,
         w_base = W1 + e.to(tl.int64) * swe
         if ACT == 0:
             # gate and up interleaved: one run of 2 * BLOCK_N columns, one product, split in
-            # registers (two loads of every other column were 2-byte gathers)
+            # registers (two loads of every other column were 2-byte gathers: a bf16 model at
+            # gpt-oss's prefill shape, H100 2026-12-06, this kernel 21.8 -> 1.44 ms)
             wcols = 2 * n0 + tl.arange(0, 2 * BLOCK_N)
             wc_ok = wcols < 2 * INTER
             acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
