@@ -122,6 +122,42 @@ def _tile_rows(SORTED, COUNTS, OFFSETS, E, pid_m, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
+def _up_columns(n0, INTER, ACT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """w1's gate and up columns of outputs [n0, n0 + BLOCK_N) as one run of 2 * BLOCK_N, and
+    which exist. gpt-oss interleaves them (one contiguous run); "swiglu" keeps gate in [0, I)
+    and up in [I, 2I) (two runs of BLOCK_N)."""
+    j = tl.arange(0, 2 * BLOCK_N)
+    if ACT == 0:
+        cols = 2 * n0 + j
+        # (n0 + j // 2 < INTER, written so that the mask is constant over runs of the columns:
+        # `j // 2` made it alternate at every other column, and the weight tiles' copies went 4
+        # bytes at a time (sm_90 PTX: 96 cp.async.ca beside 24 16-byte .cg; H100, 2026-12-06:
+        # _moe_up3 4.71 ms where a dense fp16x3 GEMM of its products took 2.99)
+        col_ok = cols < 2 * INTER
+    else:
+        within = j % BLOCK_N
+        cols = tl.where(j < BLOCK_N, n0 + within, INTER + n0 + within)
+        col_ok = (n0 + within) < INTER
+    return cols, col_ok
+
+
+@triton.jit
+def _gated(acc, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The activation of [BLOCK_M, 2 * BLOCK_N] gate and up pre-activations in _up_columns'
+    order: [BLOCK_M, BLOCK_N]."""
+    if ACT == 0:
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+        g = tl.minimum(g, LIMIT)
+        u = tl.minimum(tl.maximum(u, -LIMIT), LIMIT)
+        h = (u + 1.0) * (g * tl.sigmoid(g * ALPHA))
+    else:
+        g, u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
+        h = g * tl.sigmoid(g) * u
+    return h
+
+
+@triton.jit
 def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER, NUM_M, NUM_N,
             sxt, sxh, swe, swk, swn, sbe, sbn,
             K: tl.constexpr, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
@@ -133,61 +169,28 @@ def _moe_up(X, W1, B1, SORTED, COUNTS, OFFSETS, H1, E, HID, INTER, NUM_M, NUM_N,
     if e >= 0:
         tok = pairs // K
         n0 = pid_n * BLOCK_N
-        cols = n0 + tl.arange(0, BLOCK_N)
-        col_ok = cols < INTER
+        # gate and up columns as one run of 2 * BLOCK_N, one product, split in registers (two
+        # loads of every other column were 2-byte gathers under gpt-oss's interleaving: a bf16
+        # model at its prefill shape, H100 2026-12-06, this kernel 21.8 -> 1.44 ms)
+        wcols, wc_ok = _up_columns(n0, INTER, ACT, BLOCK_N)
         w_base = W1 + e.to(tl.int64) * swe
-        if ACT == 0:
-            # gate and up interleaved: one run of 2 * BLOCK_N columns, one product, split in
-            # registers (two loads of every other column were 2-byte gathers: a bf16 model at
-            # gpt-oss's prefill shape, H100 2026-12-06, this kernel 21.8 -> 1.44 ms)
-            wcols = 2 * n0 + tl.arange(0, 2 * BLOCK_N)
-            wc_ok = wcols < 2 * INTER
-            acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
-            for k0 in range(0, HID, BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)
-                k_ok = ks < HID
-                a = tl.load(X + tok[:, None] * sxt + ks[None, :] * sxh,
-                            mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                w = tl.load(w_base + ks[:, None] * swk + wcols[None, :] * swn,
-                            mask=k_ok[:, None] & wc_ok[None, :], other=0.0)
-                if LOWP:
-                    a = a.to(tl.bfloat16)
-                    w = w.to(tl.bfloat16)
-                acc += _mma(a, w, PREC, INTERP)
-            bw = tl.load(B1 + e.to(tl.int64) * sbe + wcols * sbn, mask=wc_ok, other=0.0)
-            acc = acc + bw.to(tl.float32)[None, :]
-            g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
-            g = tl.minimum(g, LIMIT)
-            u = tl.minimum(tl.maximum(u, -LIMIT), LIMIT)
-            h = (u + 1.0) * (g * tl.sigmoid(g * ALPHA))
-        else:
-            gcols = cols
-            ucols = cols + INTER
-            acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k0 in range(0, HID, BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)
-                k_ok = ks < HID
-                a = tl.load(X + tok[:, None] * sxt + ks[None, :] * sxh,
-                            mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-                wmask = k_ok[:, None] & col_ok[None, :]
-                wg = tl.load(w_base + ks[:, None] * swk + gcols[None, :] * swn, mask=wmask,
-                             other=0.0)
-                wu = tl.load(w_base + ks[:, None] * swk + ucols[None, :] * swn, mask=wmask,
-                             other=0.0)
-                if LOWP:
-                    a = a.to(tl.bfloat16)
-                    wg = wg.to(tl.bfloat16)
-                    wu = wu.to(tl.bfloat16)
-                acc_g += _mma(a, wg, PREC, INTERP)
-                acc_u += _mma(a, wu, PREC, INTERP)
-            bg = tl.load(B1 + e.to(tl.int64) * sbe + gcols * sbn, mask=col_ok, other=0.0)
-            bu = tl.load(B1 + e.to(tl.int64) * sbe + ucols * sbn, mask=col_ok, other=0.0)
-            g = acc_g + bg.to(tl.float32)[None, :]
-            u = acc_u + bu.to(tl.float32)[None, :]
-            h = g * tl.sigmoid(g) * u
-        dst = H1 + h_rows[:, None] * INTER + cols[None, :]
-        tl.store(dst, h, mask=row_ok[:, None] & col_ok[None, :])
+        acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, HID, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < HID
+            a = tl.load(X + tok[:, None] * sxt + ks[None, :] * sxh,
+                        mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_base + ks[:, None] * swk + wcols[None, :] * swn,
+                        mask=k_ok[:, None] & wc_ok[None, :], other=0.0)
+            if LOWP:
+                a = a.to(tl.bfloat16)
+                w = w.to(tl.bfloat16)
+            acc += _mma(a, w, PREC, INTERP)
+        bw = tl.load(B1 + e.to(tl.int64) * sbe + wcols * sbn, mask=wc_ok, other=0.0)
+        h = _gated(acc + bw.to(tl.float32)[None, :], ACT, ALPHA, LIMIT, BLOCK_M, BLOCK_N)
+        cols = n0 + tl.arange(0, BLOCK_N)
+        tl.store(H1 + h_rows[:, None] * INTER + cols[None, :], h,
+                 mask=row_ok[:, None] & (cols < INTER)[None, :])
 
 
 @triton.jit
@@ -306,20 +309,8 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM
     if e >= 0:
         tok = pairs // K
         W = 2 * INTER
-        j = tl.arange(0, 2 * BLOCK_N)
         n0 = pid_n * BLOCK_N
-        if ACT == 0:            # gate, up interleaved: one contiguous run of 2 * BLOCK_N columns
-            cols = 2 * n0 + j
-            # (n0 + j // 2 < INTER, written so that the mask is constant over runs of the
-            # columns: `j // 2` made it alternate at every other column, and the weight tiles'
-            # copies went 4 bytes at a time (sm_90 PTX: 96 cp.async.ca beside 24 16-byte .cg;
-            # H100, 2026-12-06: this kernel 4.71 ms where a dense fp16x3 GEMM of its products
-            # took 2.99)
-            col_ok = cols < 2 * INTER
-        else:                   # gate in [0, I), up in [I, 2I): two runs of BLOCK_N
-            within = j % BLOCK_N
-            cols = tl.where(j < BLOCK_N, n0 + within, INTER + n0 + within)
-            col_ok = (n0 + within) < INTER
+        cols, col_ok = _up_columns(n0, INTER, ACT, BLOCK_N)
         wb = W1P + e.to(tl.int64) * (2 * HID + 1) * W
         lo_w = HID.to(tl.int64) * W
         lo_x = T.to(tl.int64) * HID
@@ -329,15 +320,8 @@ def _moe_up3(XP, SX, W1P, B1, SORTED, COUNTS, OFFSETS, H1, E, T, HID, INTER, NUM
         sx = tl.load(SX + tok, mask=row_ok, other=0.0)
         sw = _col_scale(wb, 2 * lo_w, cols, col_ok)
         b = tl.load(B1 + e.to(tl.int64) * sbe + cols * sbn, mask=col_ok, other=0.0)
-        acc = acc * sx[:, None] * sw[None, :] + b.to(tl.float32)[None, :]
-        if ACT == 0:
-            g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
-            g = tl.minimum(g, LIMIT)
-            u = tl.minimum(tl.maximum(u, -LIMIT), LIMIT)
-            h = (u + 1.0) * (g * tl.sigmoid(g * ALPHA))
-        else:
-            g, u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
-            h = g * tl.sigmoid(g) * u
+        h = _gated(acc * sx[:, None] * sw[None, :] + b.to(tl.float32)[None, :], ACT, ALPHA,
+                   LIMIT, BLOCK_M, BLOCK_N)
         ncols = n0 + tl.arange(0, BLOCK_N)
         tl.store(H1 + h_rows[:, None] * INTER + ncols[None, :], h,
                  mask=row_ok[:, None] & (ncols < INTER)[None, :])
