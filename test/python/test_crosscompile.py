@@ -57,25 +57,38 @@ def test_ptx_profile_counts_what_a_kernel_issues():
                    "cp.async": 2, "cp.async.narrow": 1, "local": 2, "lines": 12}
 
 
-@pytest.mark.parametrize("activation", ["gpt_oss", "swiglu"])
-def test_moe_grouped_gemms_copy_their_tiles_16_bytes_at_a_time(activation, tmp_path):
-    """The MoE kernels' planes are fp16 tiles with rows of unit stride: every async copy into
-    shared memory moves 16 bytes. gpt-oss interleaves gate and up columns; a column mask written
-    as `n0 + j // 2 < I` alternated every other column and left the up projection's weight
-    tiles 4 bytes a copy (H100, 2026-12-06: 4.71 ms where 3.34 after). Compiled in a process of
-    its own, as `kforge xcompile` runs: this suite's runs the interpreter (TRITON_INTERPRET),
-    and a cold compile of these kernels after it fails in the language's patched builtins."""
+@pytest.mark.parametrize("activation,scheme", [("gpt_oss", "fp16x3"), ("swiglu", "fp16x3"),
+                                               ("gpt_oss", "tf32"), ("swiglu", "tf32")])
+def test_moe_grouped_gemms_copy_their_tiles_16_bytes_at_a_time(activation, scheme, tmp_path):
+    """The MoE kernels' weight and activation tiles have rows of unit stride in the layout the
+    tensor cores read: every async copy into shared memory moves 16 bytes.
+    * fp16x3 (fp16 planes): gpt-oss interleaves gate and up columns; a column mask written as
+      `n0 + j // 2 < I` alternated every other column and left the up projection's weight tiles
+      4 bytes a copy (H100, 2026-12-06: 4.71 ms where 3.34 after).
+    * tf32 (fp32 weights): TF32 products read both operands K-major; N-major [E, K, N] weights
+      were copied 4 bytes at a time (96 of _moe_up's 102 copies) until prepare_weights stored
+      them K-major.
+    Compiled in a process of its own, as `kforge xcompile` runs: this suite's runs the
+    interpreter (TRITON_INTERPRET), and a cold compile of these kernels after it fails in the
+    language's patched builtins."""
+    if scheme == "fp16x3":
+        kw = 'dot_precision="ieee", fp32_dot="fp16x3", block_m=128, block_n=64, block_k=64'
+        w1, w2, names = "[E, 2 * H + 1, 2 * I], 'f16'", "[E, 2 * I + 1, H], 'f16'", \
+            ("_moe_up3", "_moe_down3")
+    else:
+        kw = 'dot_precision="tf32", block_m=64, block_n=128, block_k=32'
+        w1, w2, names = "[E, H, 2 * I], 'f32'", "[E, I, H], 'f32'", ("_moe_up", "_moe_down")
     script = f"""
 import json
 from kforge.crosscompile import compile_source
 from kforge.kernels.moe import moe_source
-src = moe_source(num_experts=4, top_k=2, activation={activation!r}, dtype="fp32",
-                 dot_precision="ieee", fp32_dot="fp16x3", block_m=128, block_n=64, block_k=64,
+src = moe_source(num_experts=4, top_k=2, activation={activation!r}, dtype="fp32", {kw},
                  num_warps=8, num_stages=3)
 T, H, I, E = 64, 256, 256, 4
-shapes = [([T, H], "f32"), ([T, 2], "i64"), ([T, 2], "f32"), ([E, 2 * H + 1, 2 * I], "f16"),
-          ([E, 2 * I], "f32"), ([E, 2 * I + 1, H], "f16"), ([E, H], "f32")]
-print(json.dumps([r.to_json() for r in compile_source(src, shapes, 90, name="moe")]))
+shapes = [([T, H], "f32"), ([T, 2], "i64"), ([T, 2], "f32"), ({w1}), ([E, 2 * I], "f32"),
+          ({w2}), ([E, H], "f32")]
+print(json.dumps([r.to_json() for r in compile_source(src, shapes, 90, name="moe",
+                                                      weights=(3, 5))]))
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(Path(xc.__file__).resolve().parents[1])
@@ -84,7 +97,7 @@ print(json.dumps([r.to_json() for r in compile_source(src, shapes, 90, name="moe
                           env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     reports = {r["name"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
-    for name in ("_moe_up3", "_moe_down3"):
+    for name in names:
         r = reports[name]
         assert r["ok"] and r["mma"] == "wgmma", r["error"][-1500:]
         ops = r["ptx_ops"]

@@ -68,6 +68,26 @@ def test_grouped_kernel_matches_on_the_interpreter(activation, dot, tol):
     assert float((out.double() - want).abs().max()) <= tol * max(1.0, scale)
 
 
+@pytest.mark.parametrize("activation", ["gpt_oss", "swiglu"])
+def test_tf32_scheme_reads_its_weights_k_major(activation):
+    """Under one TF32 product prepare_weights re-stores w1 and w2 with K of unit stride (the
+    layout TF32 tensor-core products read; test_crosscompile checks the copies it buys): the same
+    shapes and values, and the kernel gives the same result on them as on the model's own."""
+    args = _problem(seed=4)
+    src = moe_source(num_experts=5, top_k=2, activation=activation, dot_precision="tf32",
+                     interpret=True, block_m=16, block_n=32, block_k=32, num_stages=1)
+    module = load_source(src, f"kforge_moe_test_tf32_{activation}")
+    prepared = module.prepare_weights({3: args[3], 5: args[5]})
+    for i in (3, 5):
+        w = prepared[i]
+        assert w.shape == args[i].shape and w.stride(1) == 1 and args[i].stride(1) != 1
+        assert torch.equal(w, args[i])
+    (raw,) = module.launch(*args)
+    (got,) = module.launch(*[prepared.get(i, a) for i, a in enumerate(args)])
+    want = _per_token(*args, activation, 1.702, 7.0)
+    assert float((got.double() - want).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max()))
+    torch.testing.assert_close(got, raw, atol=1e-5, rtol=1e-5)
+
 
 @pytest.mark.parametrize("activation", ["gpt_oss", "swiglu"])
 def test_grouped_kernel_on_a_bf16_model(activation):
