@@ -6,7 +6,8 @@ time goes, beside dense fp16x3 GEMMs of the same work.
 Shape: T tokens (MOE_T, default 4096 = batch 4 x 1,024), 32 experts, top-4, hidden 2880,
 intermediate 2880, gpt-oss's clamped SwiGLU; fp32 weights ~ U(-1, 1) / sqrt(fan-in), routing
 from the top-4 of random logits (as a random-weight router gives). Products fp16x3 (strict,
-and the bf16 policy's scheme for router-feeding layers) unless MOE_SCHEME=fp16x1.
+and the bf16 policy's scheme for router-feeding layers) unless MOE_SCHEME=fp16x1, tf32x3 (fp32
+operands, Triton's 3xTF32) or tf32 (one TF32 product: the tf32 policy's).
 
 1. The launch timed whole (triton.testing.do_bench, L2 flushed, median) for each tile
    configuration of kernels.moe.moe_configs and other GROUP_M values.
@@ -74,7 +75,9 @@ def main() -> int:
     result = {"T": T, "experts": E, "top_k": TOPK, "hidden": HID, "inter": INTER,
               "scheme": SCHEME if DTYPE == "fp32" else DTYPE, "flop": flop, "rows_per_expert_min_max":
               [int(counts.min()), int(counts.max())], "variants": []}
-    configs = moe_configs(DTYPE, "cuda", rows=T * TOPK // E, split=DTYPE == "fp32")
+    planes = DTYPE == "fp32" and SCHEME.startswith("fp16")
+    products = 3 if DTYPE == "fp32" and SCHEME in ("fp16x3", "tf32x3") else 1
+    configs = moe_configs(DTYPE, "cuda", rows=T * TOPK // E, split=planes)
     variants = [dict(c) for c in configs]
     for gm in (4, 16, 32):
         variants.append(dict(configs[0], group_m=gm))
@@ -86,8 +89,9 @@ def main() -> int:
         row = {"config": cfg}
         try:
             src = moe_source(num_experts=E, top_k=TOPK, activation="gpt_oss", alpha=1.702,
-                             limit=7.0, dtype=DTYPE, dot_precision="ieee", fp32_dot=SCHEME,
-                             **cfg)
+                             limit=7.0, dtype=DTYPE,
+                             dot_precision="tf32" if SCHEME == "tf32" else "ieee",
+                             fp32_dot="tf32x3" if SCHEME == "tf32" else SCHEME, **cfg)
             mod = load_source(src, f"kforge_moe_ab_{i}")
             prepared = mod.prepare_weights({3: w1, 5: w2})
             args = (x, index, weight, prepared[3], b1, prepared[5], b2)
@@ -97,7 +101,7 @@ def main() -> int:
                 ref, first_mod, first_args = y, mod, args
             row["diff"] = ((y - ref).abs().max() / ref.abs().max()).item()
             row["ms"] = bench(lambda: mod.launch(*args))
-            row["tflops_3x"] = (3 if DTYPE == "fp32" else 1) * flop / row["ms"] / 1e9
+            row["tflops_3x"] = products * flop / row["ms"] / 1e9
             del prepared, args, y
         except Exception as e:                      # noqa: BLE001 - a variant that fails
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
