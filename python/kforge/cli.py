@@ -47,6 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"kforge {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if type(exc).__name__ != "OutOfMemoryError":     # torch's, without importing torch
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"kforge {args.command}: error: the device ran out of memory "
+              f"({text[0] if text else type(exc).__name__}). Work finished before it is kept; "
+              "free the device of other work, run fewer jobs at once, or use a smaller shape",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"kforge {args.command}: interrupted; finished work is kept and reused next time",
               file=sys.stderr)

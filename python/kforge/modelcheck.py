@@ -27,6 +27,7 @@ strict one at a time until the model is within the policy:
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -99,6 +100,12 @@ class ModelCheck:
     at_call: dict[tuple[str, int], Margin] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)       # region hash -> its calls
     kinds: dict[str, str] = field(default_factory=dict)
+    # where no single region's exact result brings the model within the policy: the margin with
+    # every region not strict on its fp32 reference and the strict kernels kept (the best
+    # raising them all could give), and, where that is still outside, with every region on its
+    # reference (the frontend's graph alone)
+    all_raised: Margin | None = None
+    all_exact: Margin | None = None
     seconds: float = 0.0
 
     @property
@@ -109,6 +116,11 @@ class ModelCheck:
         out = [f"whole model against eager PyTorch ({self.policy}): "
                f"{'within the policy' if self.ok else 'OUTSIDE the policy'}: "
                f"{self.margin.text()} ({self.seconds:.1f} s)"]
+        if self.all_raised is not None:
+            out.append("  with every region not strict on its fp32 reference: "
+                       f"{self.all_raised.text()}")
+        if self.all_exact is not None:
+            out.append(f"  with every region on its fp32 reference: {self.all_exact.text()}")
         if self.without:
             out.append("  with one region on its fp32 reference instead of its kernel:")
             for h, m in sorted(self.without.items(), key=lambda kv: kv[1].worst):
@@ -154,11 +166,9 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
     also once per kernel region not compiled strict, with that region on its fp32 reference,
     and for the `sites` regions called more than once whose exact result leaves the least
     error, once per call with that call alone on it."""
-    from kforge.package import open_package, region_calls, retarget
-    from kforge.reference import run_host_plan
-    from kforge.runtime import CompiledModel, use_interpreter
-    from kforge.selection import meets
-    from kforge.verify import get_policy, target_available
+    from kforge.package import open_package
+    from kforge.runtime import use_interpreter
+    from kforge.verify import target_available
     say = say or (lambda m: None)
     t0 = time.monotonic()
     package = open_package(pkg)
@@ -167,6 +177,29 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
         raise UserError(f"{package.root} targets {target}, and this machine has no {target} "
                         "device: check the model where the device is")
     use_interpreter(target == "cpu")
+    try:
+        return _check_model(package, target, attribute, sites, say, t0)
+    except torch.OutOfMemoryError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        raise UserError(
+            f"{package.root}: the whole-model check ran out of {target} memory ({first}). It "
+            "holds the eager model, the package's prepared weights and both outputs at once: "
+            "free the device of other work, or check the model at a smaller shape. The check "
+            "changed nothing in the package; moves made by earlier checks are kept in its "
+            "manifest") from None
+    finally:
+        gc.collect()                      # the models' reference cycles hold device memory
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _check_model(package, target: str, attribute: bool, sites: int,
+                 say: Callable[[str], None], t0: float) -> ModelCheck:
+    from kforge.package import region_calls, retarget
+    from kforge.reference import run_host_plan
+    from kforge.runtime import CompiledModel
+    from kforge.selection import meets
+    from kforge.verify import get_policy
     policy = get_policy(package.precision)
     module, weights, inputs = bound_model(package, target)
     with torch.no_grad():
@@ -197,10 +230,31 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
             check.kinds[h] = getattr(package.specs[h], "root_kind", "")
             del out
             check.calls[h] = len(calls_of.get(h, []))
+        if check.without and not any(m.ok for m in check.without.values()):
+            # no region alone brings the model within the policy: would raising all of them?
+            # (a strict kernel is at best its fp32 reference) If not, no move is worth its cost
+            say("the model again with every region not strict on its fp32 reference")
+            kernels = {k: v for k, v in model.kernels.items() if k not in check.without}
+            refs = dict(model.references)
+            refs.update({h: exact.references[h] for h in check.without if h in exact.references})
+            with torch.no_grad():
+                out = run_host_plan(package.plan, package.specs, inputs, weights,
+                                    kernels=kernels, references=refs)
+            check.all_raised = margin(out, ref, policy.atol, policy.rtol)
+            del out
+            if not check.all_raised.ok:
+                say("the model again with every region on its fp32 reference")
+                with torch.no_grad():
+                    out = run_host_plan(package.plan, package.specs, inputs, weights,
+                                        references=exact.references)
+                check.all_exact = margin(out, ref, policy.atol, policy.rtol)
+                del out
         # call by call, for the `sites` regions called more than once whose exact result
         # leaves the least error (a 32-layer model would otherwise take 32 runs a region)
         shared = sorted((h for h in check.without if check.calls[h] > 1),
                         key=lambda h: check.without[h].worst)[:max(0, sites)]
+        if check.all_raised is not None and not check.all_raised.ok:
+            shared = []                   # no move can help: no call to single out
         for h in shared:
             for k, i in enumerate(calls_of[h]):
                 say(f"region {h}: the model again with its call {k + 1} on its fp32 reference")
@@ -294,6 +348,23 @@ def choose_step(check: ModelCheck, moved: list[str]) -> tuple[str, int | None, M
     return None if best is None else best[:3]
 
 
+def _unmovable(check: ModelCheck) -> str:
+    """Why fit_model moved nothing: raising every region to strict would leave the model
+    outside the policy (ModelCheck.all_raised)."""
+    head = (f"no move can bring the model within the {check.policy} policy: with every region "
+            f"not strict on its fp32 reference it is still outside ({check.all_raised.text()})")
+    if check.all_exact is not None and check.all_exact.ok:
+        return (f"{head}, and within it with every region on its reference "
+                f"({check.all_exact.text()}): the strict kernels' own fp32-grade rounding, "
+                "which differs from eager PyTorch's, carries it. Rows far outside where the rest "
+                "agree point to a discrete choice made differently (an MoE router's near-tie, "
+                "spread to later tokens by attention) or to a kernel wrong on particular data; "
+                "no region was moved")
+    exact = f" ({check.all_exact.text()})" if check.all_exact is not None else ""
+    return (f"{head}, and with every region on its reference as well{exact}: the error is not "
+            "the kernels' but the frontend's graph's or a fallback op's; no region was moved")
+
+
 def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
               say: Callable[[str], None] | None = None, limit: int | None = None) -> Fit:
     """Check the whole model; while it is outside the package's policy, take the region (or
@@ -315,6 +386,9 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
             return fit
         if limit is not None and fit.steps >= limit:
             fit.note, fit.limited = f"stopped after {limit} steps", True
+            return fit
+        if check.all_raised is not None and not check.all_raised.ok:
+            fit.note = _unmovable(check)
             return fit
         best = choose_step(check, fit.raised)
         if best is None:

@@ -194,6 +194,71 @@ def test_tune_check_raises_the_regions_that_carry_the_error(tmp_path, kforge_opt
 
 
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_tune_check_moves_nothing_where_no_move_can_help(tmp_path, kforge_opt):
+    """An error no kernel carries (here the eager model adds 1 that the package's graph does
+    not: the model file edited after compiling) is outside the policy with every region on its
+    fp32 reference too. The check says so and raises nothing: before, it raised the region whose
+    exact result left the least error, at a strict kernel's cost, and then the next (gpt-oss
+    prefill at 3 layers x 2 x 1,200 tokens on an H100, 2026-12-06: its LM head went strict,
+    20.7 -> 32.6 ms, and the error stayed at 106x the allowance)."""
+    pkg, cache = _compiled(tmp_path)
+    src = (pkg / "model.py").read_text()
+    edited = src.replace("return self.a(x) - self.b(y)", "return self.a(x) - self.b(y) + 1.0")
+    assert edited != src
+    (pkg / "model.py").write_text(edited)
+    before = json.loads((pkg / "manifest.json").read_text())
+    from kforge.modelcheck import check_model
+    check = check_model(pkg, attribute=True)
+    assert not check.ok and check.without and not any(m.ok for m in check.without.values())
+    assert check.all_raised is not None and not check.all_raised.ok, check.lines()
+    assert check.all_exact is not None and not check.all_exact.ok, check.lines()
+    assert not check.at_call                      # no call singled out either
+    tuned = _kforge("tune", pkg, "--check", cache=cache, check=False)
+    assert tuned.returncode == 1, f"{tuned.stderr}\n{tuned.stdout}"
+    out = tuned.stdout + tuned.stderr
+    assert "no move can bring the model within the bf16 policy" in out, out
+    assert "not the kernels'" in out and "no region was moved" in out, out
+    assert "raised to strict" not in out, out
+    after = json.loads((pkg / "manifest.json").read_text())
+    assert not after.get("strict_regions") and not after.get("finer_schemes")
+    assert after["kernels"] == before["kernels"]
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_a_check_out_of_device_memory_is_a_clear_error(tmp_path, monkeypatch, kforge_opt):
+    """The whole-model check holds the eager model, the package's prepared weights and both
+    outputs at once; on the H100 a third check of gpt-oss ran out of memory with a raw traceback.
+    Now it is a UserError that names the package, and the CLI turns any other out-of-memory into
+    one line."""
+    from kforge import modelcheck
+    from kforge.errors import UserError
+
+    pkg, _ = _compiled(tmp_path)
+
+    def boom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB.\nmore")
+
+    monkeypatch.setattr(modelcheck, "bound_model", boom)
+    with pytest.raises(UserError) as err:
+        modelcheck.check_model(pkg)
+    text = str(err.value)
+    assert str(pkg) in text and "ran out of cpu memory" in text
+    assert "Tried to allocate 256.00 MiB" in text and "more" not in text
+
+    from kforge import cli
+
+    def parser():
+        import argparse
+        ap = argparse.ArgumentParser()
+        sub = ap.add_subparsers(dest="command")
+        sub.add_parser("tune").set_defaults(func=boom)
+        return ap
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    assert cli.main(["tune"]) == 2
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 def test_check_needs_the_model_source_that_fits(tmp_path, kforge_opt):
     pkg, cache = _compiled(tmp_path)
     # a model file whose layers have other shapes than the package's weights
