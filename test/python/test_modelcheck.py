@@ -224,6 +224,61 @@ def test_tune_check_moves_nothing_where_no_move_can_help(tmp_path, kforge_opt):
     assert after["kernels"] == before["kernels"]
 
 
+# One Linear region: within bf16's 1e-2 on its own
+LINEAR = textwrap.dedent('''
+    import torch
+
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(128, 64, bias=False)
+
+        def forward(self, x):
+            return self.a(x)
+
+
+    def get_inputs():
+        return [10 * torch.randn(32, 128)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+
+@pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
+def test_float64_arbitrates_rows_where_eager_fp32_is_off(tmp_path, kforge_opt):
+    """Where eager fp32 is itself far from the exact answer (an MoE router's near-tie that fp32
+    rounding decides the wrong way: gpt-oss-20b at 3 layers x 2 x 1,200 tokens, 2026-12-06,
+    where float64 picked the other expert at both tokens measured), a float64 copy of the model
+    arbitrates: a row counts as outside only where it is outside against both. Here the eager
+    model file is edited after compiling to add fp32 rounding noise that float64 does not have
+    (y + 1e8 - 1e8 - y: up to 4 in fp32, about 1e-8 in float64)."""
+    pkg, cache = _compiled(tmp_path, LINEAR)
+    from kforge.modelcheck import check_model
+    assert check_model(pkg).margin.ok
+    src = (pkg / "model.py").read_text()
+    noisy = src.replace("return self.a(x)", "y = self.a(x)\n        return y + ((y + 1e8) - 1e8 - y)")
+    assert noisy != src
+    (pkg / "model.py").write_text(noisy)
+    check = check_model(pkg, attribute=True)
+    assert not check.margin.ok and check.margin.worst > 2, check.lines()
+    assert check.float64 is not None and check.float64.ok, check.lines()
+    assert not check.eager_float64.ok                 # eager fp32 is the one that is off
+    assert check.arbitrated.ok and check.arbitrated.rows_outside == 0 and check.ok
+    assert not check.without                          # nothing to attribute
+    text = "\n".join(check.lines())
+    assert "within the policy by float64's arbitration" in text, text
+    tuned = _kforge("tune", pkg, "--check", cache=cache)
+    assert "float64's arbitration" in tuned.stdout and "raised to strict" not in tuned.stdout
+    # a package that is off the float64 answer too is outside against both
+    (pkg / "model.py").write_text(src.replace("return self.a(x)", "return self.a(x) + 1.0"))
+    check = check_model(pkg)
+    assert not check.ok and check.float64 is not None and not check.float64.ok
+    assert check.arbitrated.rows_outside == 32, check.lines()
+
+
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
 def test_a_check_out_of_device_memory_is_a_clear_error(tmp_path, monkeypatch, kforge_opt):
     """The whole-model check holds the eager model, the package's prepared weights and both
