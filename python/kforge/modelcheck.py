@@ -200,7 +200,7 @@ def _outputs(x) -> list[torch.Tensor]:
     return [x] if isinstance(x, torch.Tensor) else list(x)
 
 
-def _float64_outputs(module, inputs) -> tuple[list[torch.Tensor] | None, str]:
+def float64_outputs(module, inputs) -> tuple[list[torch.Tensor] | None, str]:
     """(the outputs of a float64 copy of `module` on `inputs` widened, in host memory; "") or
     (None, why not). The copy goes on the module's device, else (out of memory) on the CPU; a
     model that declares BATCH_SEPARABLE runs in smaller batches where a whole one does not fit
@@ -284,7 +284,7 @@ def _check_model(package, target: str, attribute: bool, sites: int,
     check = ModelCheck(policy.name, margin(out, ref, policy.atol, policy.rtol))
     if not check.margin.ok:
         say("the model again as a float64 copy: the arbiter of rows outside against eager fp32")
-        ref64, check.arbiter_note = _float64_outputs(module, inputs)
+        ref64, check.arbiter_note = float64_outputs(module, inputs)
         if ref64 is not None:
             check.float64 = margin(out, ref64, policy.atol, policy.rtol)
             check.eager_float64 = margin(ref, ref64, policy.atol, policy.rtol)
@@ -513,5 +513,5 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
         tune()
 
 
-__all__ = ["Margin", "margin", "arbitrated", "ModelCheck", "check_model", "Fit", "fit_model",
+__all__ = ["Margin", "margin", "arbitrated", "float64_outputs", "ModelCheck", "check_model", "Fit", "fit_model",
            "bound_model", "next_rung", "choose_step"]

@@ -394,7 +394,7 @@ def load_package_weights(module: torch.nn.Module, package: Package, path) -> Non
                         f"{str(exc).strip()[:300]}") from None
 
 
-def eager_outputs(package: Package, inputs: Sequence[torch.Tensor]):
+def eager_model(package: Package):
     """The original model, in eager PyTorch, with the package's weights."""
     path = package.model_path()
     if path is None:
@@ -402,6 +402,12 @@ def eager_outputs(package: Package, inputs: Sequence[torch.Tensor]):
                         "model.py and its origin is gone")
     model, _ = load_model_file(path, with_model=True)
     load_package_weights(model, package, path)
+    return model
+
+
+def eager_outputs(package: Package, inputs: Sequence[torch.Tensor]):
+    """The original model's outputs, in eager PyTorch, with the package's weights."""
+    model = eager_model(package)
     with torch.no_grad():
         out = model(*inputs)
     return out
@@ -428,5 +434,5 @@ def max_error(a, b) -> tuple[float, float]:
     return abs_err, rel
 
 
-__all__ = ["CompiledModel", "load_package", "tune_package", "read_inputs", "eager_outputs",
-           "max_error", "load_model_file"]
+__all__ = ["CompiledModel", "load_package", "tune_package", "read_inputs", "eager_model",
+           "eager_outputs", "max_error", "load_model_file"]

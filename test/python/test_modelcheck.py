@@ -272,11 +272,17 @@ def test_float64_arbitrates_rows_where_eager_fp32_is_off(tmp_path, kforge_opt):
     assert "within the policy by float64's arbitration" in text, text
     tuned = _kforge("tune", pkg, "--check", cache=cache)
     assert "float64's arbitration" in tuned.stdout and "raised to strict" not in tuned.stdout
+    # `kforge run --check` arbitrates by the same rule
+    run = _kforge("run", pkg, "--check", cache=cache)
+    assert "MISMATCH" in run.stdout and "0 of 32 rows outside against both" in run.stdout
+    assert "float64 agrees with it" in run.stdout, run.stdout
     # a package that is off the float64 answer too is outside against both
     (pkg / "model.py").write_text(src.replace("return self.a(x)", "return self.a(x) + 1.0"))
     check = check_model(pkg)
     assert not check.ok and check.float64 is not None and not check.float64.ok
     assert check.arbitrated.rows_outside == 32, check.lines()
+    run = _kforge("run", pkg, "--check", cache=cache, check=False)
+    assert run.returncode == 1 and "32 of 32 rows outside against both" in run.stdout
 
 
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
