@@ -250,3 +250,23 @@ def test_the_float64_copy_widens_in_place_of_copying_and_goes_to_the_cpu_when_th
         asked.append(device), (_ for _ in ()).throw(TypeError("fp32 only")))[1])
     why = Runner._float64_references(host, model, [(inputs, None)])
     assert asked == [None] and "did not run in float64: TypeError: fp32 only" in why
+
+
+def test_float64_arbitrates_the_bench_rows_where_eager_fp32_is_off():
+    """The bench's correctness, where KForge is outside against eager fp32: a float64 copy of the
+    model arbitrates (gpt-oss-20b at 3 layers x 2 x 1,200 tokens, H100 2026-12-06: eager fp32
+    took the other expert than float64 at both router near-ties measured). A row counts as
+    outside only where it is outside against both."""
+    from types import SimpleNamespace
+
+    from kforge.bench.runner import Runner
+    exact = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    eager = exact.float().clone()
+    eager[1] += 1.0                                  # eager fp32 off the exact answer on row 1
+    checks = [((torch.zeros(1),), eager)]
+    host = SimpleNamespace()
+    # the package at the exact answer: outside against eager on row 1, within against float64
+    assert Runner._arbitrate(host, lambda x: exact.float(), checks, [exact], 1e-2, 1e-2) == (0, 4)
+    # a package off by 1 everywhere: row 1 agrees with eager's error, the rest are outside both
+    assert Runner._arbitrate(host, lambda x: exact.float() + 1.0, checks, [exact], 1e-2,
+                             1e-2) == (3, 4)
