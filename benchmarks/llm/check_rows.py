@@ -28,29 +28,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
 
-def rows_outside(out, ref, atol, rtol):
-    """Per-row flags (over the flattened leading dimensions) and per-row worst ratio."""
-    from kforge.verify.verifier import rms_scale
-    width = out.shape[-1]
-    o2, r2 = out.reshape(-1, width), ref.reshape(-1, width)
-    scale = rms_scale(ref, out.device)
-    worst = torch.empty(o2.shape[0], dtype=torch.float64)
-    step = max(1, (1 << 24) // width)
-    for i in range(0, o2.shape[0], step):
-        d = (o2[i:i + step].double() - r2[i:i + step].double()).abs()
-        ratio = torch.nan_to_num(d / (atol * scale + rtol * r2[i:i + step].double().abs()),
-                                 nan=float("inf"))
-        worst[i:i + step] = ratio.max(dim=1).values.cpu()
-    return worst
-
-
 def describe(name, out, ref, policy, seq_shape):
-    from kforge.modelcheck import margin
+    from kforge.modelcheck import margin, row_ratios
     m = margin(out, ref, policy.atol, policy.rtol)
     print(f"  {name}: {m.text()}", flush=True)
     if m.ok:
         return
-    w = rows_outside(out, ref, policy.atol, policy.rtol)
+    w, _ = row_ratios(out, ref, policy.atol, policy.rtol)
     bad = (w > 1).nonzero().flatten()
     if len(seq_shape) >= 2:
         seq = seq_shape[-2]

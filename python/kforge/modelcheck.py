@@ -66,14 +66,14 @@ def margin(out, ref, atol: float, rtol: float, elements: int = 1 << 25) -> Margi
     for o, r in zip(outs, refs):
         if tuple(o.shape) != tuple(r.shape):
             raise UserError(f"output shape {list(o.shape)} differs from eager's {list(r.shape)}")
-    ratios, errs = _row_ratios(outs, refs, atol, rtol, elements)
+    ratios, errs = row_ratios(outs, refs, atol, rtol, elements)
     if not ratios.numel():
         return Margin(0.0, 0, 0, 0.0)
     return Margin(float(ratios.max()), int((ratios > 1).sum()), int(ratios.numel()),
                   float(errs.max()))
 
 
-def _row_ratios(out, ref, atol: float, rtol: float,
+def row_ratios(out, ref, atol: float, rtol: float,
                 elements: int = 1 << 25) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's worst element error over its allowance (margin's rule) and its largest
     absolute error, float64 on the CPU, over the outputs' rows in order."""
@@ -103,8 +103,8 @@ def arbitrated(out, ref, ref64, atol: float, rtol: float) -> Margin:
     a row counts as outside only where it is outside the rule against both. Where eager fp32
     itself is off (an MoE router's near-tie that fp32 rounding decides the wrong way), the
     float64 answer, not eager's, is the one to be near."""
-    e, e_abs = _row_ratios(out, ref, atol, rtol)
-    f, f_abs = _row_ratios(out, ref64, atol, rtol)
+    e, e_abs = row_ratios(out, ref, atol, rtol)
+    f, f_abs = row_ratios(out, ref64, atol, rtol)
     both = torch.minimum(e, f)
     if not both.numel():
         return Margin(0.0, 0, 0, 0.0)
@@ -513,5 +513,5 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
         tune()
 
 
-__all__ = ["Margin", "margin", "arbitrated", "float64_outputs", "ModelCheck", "check_model", "Fit", "fit_model",
-           "bound_model", "next_rung", "choose_step"]
+__all__ = ["Margin", "margin", "arbitrated", "row_ratios", "float64_outputs", "ModelCheck",
+           "check_model", "Fit", "fit_model", "bound_model", "next_rung", "choose_step"]
