@@ -202,34 +202,17 @@ def _outputs(x) -> list[torch.Tensor]:
 
 def float64_outputs(module, inputs) -> tuple[list[torch.Tensor] | None, str]:
     """(the outputs of a float64 copy of `module` on `inputs` widened, in host memory; "") or
-    (None, why not). The copy goes on the module's device, else (out of memory) on the CPU; a
-    model that declares BATCH_SEPARABLE runs in smaller batches where a whole one does not fit
-    (kforge.bench.runner's helpers, as the strict contract's float64 copy)."""
-    from kforge.bench.runner import _rows_on_device, float64_copy
-    from kforge.verify.verifier import is_out_of_memory
+    (None, why not): kforge.bench.runner.float64_runs on one input set, as the strict
+    contract's float64 copy."""
+    from kforge.bench.runner import float64_runs
 
     def empty():
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    separable = bool(getattr(module, "BATCH_SEPARABLE", False))
-    for where in (None, "cpu"):
-        model64 = None
-        try:
-            model64 = float64_copy(module, where)
-            wide = [x.to(device=where, dtype=torch.float64 if x.is_floating_point() else x.dtype)
-                    if isinstance(x, torch.Tensor) else x for x in inputs]
-            with torch.no_grad():
-                return _outputs(_rows_on_device(model64, wide, separable, empty)), ""
-        except Exception as exc:   # noqa: BLE001 - a model that only runs in fp32
-            if where is None and is_out_of_memory(exc):
-                continue
-            return None, f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
-        finally:
-            model64 = None
-            empty()
-    return None, "the float64 copy did not fit the device or the host"
+    out, why = float64_runs(module, [inputs], empty)
+    return (None, why) if out is None else (_outputs(out[0]), "")
 
 
 def check_model(pkg, *, target: str | None = None, attribute: bool = False,

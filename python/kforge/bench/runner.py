@@ -176,6 +176,39 @@ def float64_copy(model, device=None):
     return copy.deepcopy(model, memo).to(device=device, dtype=torch.float64)
 
 
+def float64_runs(model, input_sets, empty_cache=lambda: None):
+    """(the outputs of a float64 copy of `model` on each of `input_sets`, float inputs widened,
+    in host memory; "") or (None, why not). The copy is made on the model's device; where it
+    does not fit there (gpt-oss's 4 layers beside its fp32 model and a package on an 80 GB
+    card), on the CPU, as is every run then. A model that declares BATCH_SEPARABLE runs in
+    smaller batches where a whole one does not fit (`_rows_on_device`). The strict contract's
+    reference and the float64 arbiter of `kforge tune --check` / `run --check` / `bench`."""
+    import torch
+
+    from kforge.verify import is_out_of_memory
+    separable = bool(getattr(model, "BATCH_SEPARABLE", False))
+    for where in (None, "cpu"):
+        model64 = None
+        try:
+            model64 = float64_copy(model, where)
+            out = []
+            with torch.no_grad():
+                for inputs in input_sets:
+                    wide = [x.to(device=where, dtype=torch.float64 if x.is_floating_point()
+                                 else x.dtype) if isinstance(x, torch.Tensor) else x
+                            for x in inputs]
+                    out.append(_rows_on_device(model64, wide, separable, empty_cache))
+            return out, ""
+        except Exception as exc:  # noqa: BLE001 - a model that only runs in fp32 (a dtype check, an op)
+            if where is None and is_out_of_memory(exc):
+                continue                          # the float64 copy on the CPU instead
+            return None, f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
+        finally:
+            model64 = None
+            empty_cache()
+    return None, "the float64 copy did not fit the device or the host"
+
+
 def _common_batch(inputs) -> int | None:
     """The leading size every tensor input shares (None where they do not)."""
     import torch
@@ -300,36 +333,10 @@ class Runner:
 
     def _float64_references(self, model, checks):
         """The outputs of a float64 copy of the model on every check's inputs (float inputs
-        widened), for the strict contract; a reason (str) where the model cannot run so. The
-        copy is made on the model's device; where it does not fit there (gpt-oss's 4 layers
-        beside its fp32 model and the package on an 80 GB card), on the CPU, as is every
-        check's run then."""
-        import torch
-
-        from kforge.verify import is_out_of_memory
-        separable = bool(getattr(model, "BATCH_SEPARABLE", False))
-        why = ""
-        for where in (None, "cpu"):
-            try:
-                model64 = float64_copy(model, where)
-                out = []
-                with torch.no_grad():
-                    for fresh, _ in checks:
-                        wide = [x.to(device=where, dtype=torch.float64 if x.is_floating_point()
-                                     else x.dtype) if isinstance(x, torch.Tensor) else x
-                                for x in fresh]
-                        out.append(_rows_on_device(model64, wide, separable,
-                                                   self.target.empty_cache))
-                return out
-            except Exception as exc:  # a model that only runs in fp32 (a dtype check, an op)
-                if where is None and is_out_of_memory(exc):
-                    continue                          # the float64 copy on the CPU instead
-                why = f"the model did not run in float64: {type(exc).__name__}: {exc}"[:300]
-                break
-            finally:
-                model64 = None
-                self.target.empty_cache()
-        return why
+        widened), for the strict contract; a reason (str) where the model cannot run so
+        (`float64_runs`)."""
+        out, why = float64_runs(model, [fresh for fresh, _ in checks], self.target.empty_cache)
+        return why if out is None else out
 
     def _fresh_references(self, wl: Workload, model):
         import torch
