@@ -136,14 +136,27 @@ class ModelCheck:
     eager_float64: Margin | None = None
     arbitrated: Margin | None = None
     arbiter_note: str = ""
+    # where the model is outside against both: the package's topk choices against the float64
+    # model's (kforge.ties), and the package against the float64 model that followed its
+    # choices at near-ties (None where any choice was farther apart, or none differed)
+    ties: object = None
+    followed: Margin | None = None
+    ties_note: str = ""
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.margin.ok or (self.arbitrated is not None and self.arbitrated.ok)
+        return self.margin.ok or (self.arbitrated is not None and self.arbitrated.ok) or \
+            (self.followed is not None and self.followed.ok)
+
+    @property
+    def by_ties(self) -> bool:
+        """Within the policy only by following the package's choices at near-ties."""
+        return self.ok and not self.margin.ok and not (self.arbitrated and self.arbitrated.ok)
 
     def lines(self) -> list[str]:
         verdict = "within the policy" if self.margin.ok else \
+            "within the policy by the near-tie rule" if self.by_ties else \
             "within the policy by float64's arbitration" if self.ok else "OUTSIDE the policy"
         out = [f"whole model against eager PyTorch ({self.policy}): {verdict}: "
                f"{self.margin.text()} ({self.seconds:.1f} s)"]
@@ -158,6 +171,16 @@ class ModelCheck:
                        f"{self.arbitrated.rows} (worst {self.arbitrated.worst:.3g}): {verdict}")
         elif self.arbiter_note:
             out.append(f"  no float64 arbiter: {self.arbiter_note}")
+        if self.ties is not None:
+            out.append(f"  selections: {self.ties.text()}")
+        if self.ties_note:
+            out.append(f"  selections not followed: {self.ties_note}")
+        if self.followed is not None:
+            out.append("  against the float64 model following the package's choices at "
+                       f"near-ties: {self.followed.text()}: "
+                       + ("within the policy: the rows outside are the consequence of choices "
+                          "exact arithmetic cannot tell apart" if self.followed.ok else
+                          "OUTSIDE the policy"))
         if self.all_raised is not None:
             out.append("  with every region not strict on its fp32 reference: "
                        f"{self.all_raised.text()}")
@@ -200,19 +223,37 @@ def _outputs(x) -> list[torch.Tensor]:
     return [x] if isinstance(x, torch.Tensor) else list(x)
 
 
+def _empty() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def float64_outputs(module, inputs) -> tuple[list[torch.Tensor] | None, str]:
     """(the outputs of a float64 copy of `module` on `inputs` widened, in host memory; "") or
     (None, why not): kforge.bench.runner.float64_runs on one input set, as the strict
     contract's float64 copy."""
     from kforge.bench.runner import float64_runs
 
-    def empty():
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-    out, why = float64_runs(module, [inputs], empty)
+    out, why = float64_runs(module, [inputs], _empty)
     return (None, why) if out is None else (_outputs(out[0]), "")
+
+
+def follow_package_ties(run_package, module, inputs, policy):
+    """(kforge.ties.TieCounts or None, the package's margin against the float64 model that
+    followed its near-tie choices or None, a note on why nothing was followed):
+    kforge.ties.follow_ties under the policy's rule. The margin is given only where some
+    choice differed and every one that did was a near-tie."""
+    from kforge.ties import follow_ties
+    f = follow_ties(run_package, module, inputs, _empty)
+    followed = None
+    if f.outputs is not None and f.counts.followed and f.counts.ties:
+        followed = margin(f.package_outputs, f.outputs, policy.atol, policy.rtol)
+    counts = None if f.note and not f.counts.selections else f.counts
+    note = f.note
+    del f
+    _empty()
+    return counts, followed, note
 
 
 def check_model(pkg, *, target: str | None = None, attribute: bool = False,
@@ -273,6 +314,13 @@ def _check_model(package, target: str, attribute: bool, sites: int,
             check.eager_float64 = margin(ref, ref64, policy.atol, policy.rtol)
             check.arbitrated = arbitrated(out, ref, ref64, policy.atol, policy.rtol)
         del ref64
+        if check.arbitrated is not None and not check.arbitrated.ok:
+            # outside against both: a discrete choice (an MoE router's topk) the package may
+            # have made differently at a near-tie (kforge.ties)
+            say("the package again, its selections recorded; the float64 model following them "
+                "at near-ties")
+            check.ties, check.followed, check.ties_note = follow_package_ties(
+                lambda: model.run(inputs, graphs=False), module, inputs, policy)
     del out
     if check.ok:
         check.seconds = time.monotonic() - t0

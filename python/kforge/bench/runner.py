@@ -131,12 +131,14 @@ def _host(x):
     return x
 
 
-def _rows_on_device(fn, inputs, separable: bool, empty_cache=lambda: None):
+def _rows_on_device(fn, inputs, separable: bool, empty_cache=lambda: None,
+                    restart=lambda: None):
     """fn(*inputs) in host memory. A model that declares BATCH_SEPARABLE (the rows of its
     outputs depend only on the same rows of every input: an LLM's sequences) runs again on
     halves, quarters, ... of the batch where the whole batch runs out of device memory, and
     its outputs are concatenated (the float64 copy of a real LLM: attention scores of 8 x 64
-    heads x 2048^2 in float64 are 17 GB a layer)."""
+    heads x 2048^2 in float64 are 17 GB a layer). `restart()` runs before each attempt at the
+    whole batch (kforge.ties.Follower pairs selections by their order in one attempt)."""
     import torch
 
     from kforge.verify import is_out_of_memory
@@ -144,6 +146,7 @@ def _rows_on_device(fn, inputs, separable: bool, empty_cache=lambda: None):
     batch = _common_batch(inputs) if separable else None
     step = batch
     while True:
+        restart()
         try:
             if step == batch:
                 return _host(fn(*inputs))
@@ -176,13 +179,14 @@ def float64_copy(model, device=None):
     return copy.deepcopy(model, memo).to(device=device, dtype=torch.float64)
 
 
-def float64_runs(model, input_sets, empty_cache=lambda: None):
+def float64_runs(model, input_sets, empty_cache=lambda: None, restart=lambda: None):
     """(the outputs of a float64 copy of `model` on each of `input_sets`, float inputs widened,
     in host memory; "") or (None, why not). The copy is made on the model's device; where it
     does not fit there (gpt-oss's 4 layers beside its fp32 model and a package on an 80 GB
     card), on the CPU, as is every run then. A model that declares BATCH_SEPARABLE runs in
     smaller batches where a whole one does not fit (`_rows_on_device`). The strict contract's
-    reference and the float64 arbiter of `kforge tune --check` / `run --check` / `bench`."""
+    reference and the float64 arbiter of `kforge tune --check` / `run --check` / `bench`;
+    `restart()` before each attempt at a run (`_rows_on_device`)."""
     import torch
 
     from kforge.verify import is_out_of_memory
@@ -197,7 +201,8 @@ def float64_runs(model, input_sets, empty_cache=lambda: None):
                     wide = [x.to(device=where, dtype=torch.float64 if x.is_floating_point()
                                  else x.dtype) if isinstance(x, torch.Tensor) else x
                             for x in inputs]
-                    out.append(_rows_on_device(model64, wide, separable, empty_cache))
+                    out.append(_rows_on_device(model64, wide, separable, empty_cache,
+                                               restart))
             return out, ""
         except Exception as exc:  # noqa: BLE001 - a model that only runs in fp32 (a dtype check, an op)
             if where is None and is_out_of_memory(exc):
@@ -372,21 +377,36 @@ class Runner:
             del out
         return res
 
-    def _arbitrate(self, fn, checks, f64, atol, rtol) -> tuple[int, int]:
-        """(rows outside against both eager fp32 and the float64 model, rows) of fn over every
-        check (kforge.modelcheck.arbitrated): where eager fp32 is itself off (an MoE router's
-        near-tie that fp32 rounding decides the wrong way), the float64 answer arbitrates."""
+    def _arbitrate(self, fn, model, checks, f64, atol, rtol) -> tuple[int, int, list]:
+        """(rows outside against both eager fp32 and the float64 model, rows, notes) of fn over
+        every check (kforge.modelcheck.arbitrated): where eager fp32 is itself off (an MoE
+        router's near-tie that fp32 rounding decides the wrong way), the float64 answer
+        arbitrates. Where a check is outside against both and fn is a package (`run`), its
+        topk choices are compared with the float64 model's (kforge.ties): where every differing
+        choice is a near-tie and the package is within against the float64 model that
+        followed them, that check's rows count as within (notes: what was followed)."""
+        import types
+
         import torch
 
-        from kforge.modelcheck import arbitrated
+        from kforge.modelcheck import arbitrated, follow_package_ties
         bad = rows = 0
+        notes = []
+        rule = types.SimpleNamespace(atol=atol, rtol=rtol)
         for (fresh, ref), ref64 in zip(checks, f64):
             with torch.no_grad():
                 out = fn(*fresh)
             m = arbitrated(out, ref, ref64, atol, rtol)
-            bad, rows = bad + m.rows_outside, rows + m.rows
             del out
-        return bad, rows
+            outside = m.rows_outside
+            if outside and callable(getattr(fn, "run", None)):
+                ties, followed, note = follow_package_ties(
+                    lambda: fn.run(list(fresh), graphs=False), model, fresh, rule)
+                notes.append((ties.text() if ties is not None else "") + (note and f" ({note})"))
+                if followed is not None and followed.ok:
+                    outside = 0
+            bad, rows = bad + outside, rows + m.rows
+        return bad, rows, notes
 
     def _time(self, fn, inputs) -> Timing:
         import torch
@@ -602,15 +622,19 @@ class Runner:
                 if f64 is None:
                     f64 = self._float64_references(model, checks)
                 if isinstance(f64, list):
-                    both, rows = self._arbitrate(c.fn, checks, f64, atol, rtol)
+                    both, rows, ties = self._arbitrate(c.fn, model, checks, f64, atol, rtol)
                     kr.info["float64_arbiter"] = {"rows_outside_eager": chk.rows_outside,
                                                   "rows_outside_both": both, "rows": rows}
+                    if ties:
+                        kr.info["float64_arbiter"]["selections"] = ties
                     if both == 0:
                         ok = True
                         self.log(f"    {policy} kforge: {chk.rows_outside} of {chk.rows} rows "
                                  "outside against eager fp32 are within against the float64 "
-                                 "model (eager fp32 itself is off there): ok by float64's "
-                                 "arbitration")
+                                 "model (eager fp32 itself is off there, or the package chose "
+                                 "differently at a near-tie and is within against the float64 "
+                                 "model that followed it): ok by float64's arbitration"
+                                 + (f"; selections: {'; '.join(ties)}" if ties else ""))
             del f64
             if not ok:
                 kr.status = "mismatch"
