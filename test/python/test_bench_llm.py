@@ -254,9 +254,10 @@ def test_the_float64_copy_widens_in_place_of_copying_and_goes_to_the_cpu_when_th
 
 def test_float64_arbitrates_the_bench_rows_where_eager_fp32_is_off():
     """The bench's correctness, where KForge is outside against eager fp32: a float64 copy of the
-    model arbitrates (gpt-oss-20b at 3 layers x 2 x 1,200 tokens, H100 2026-12-06: eager fp32
-    took the other expert than float64 at both router near-ties measured). A row counts as
-    outside only where it is outside against both."""
+    model arbitrates (gpt-oss-20b at 3 layers x 2 x 1,200 tokens, 2026-12-06: eager fp32 on the
+    CPU took another expert than float64 at both router near-ties measured). A row counts as
+    outside only where it is outside against both. A function that is no package (no `run`)
+    has no selections to follow (kforge.ties)."""
     from types import SimpleNamespace
 
     from kforge.bench.runner import Runner
@@ -266,7 +267,64 @@ def test_float64_arbitrates_the_bench_rows_where_eager_fp32_is_off():
     checks = [((torch.zeros(1),), eager)]
     host = SimpleNamespace()
     # the package at the exact answer: outside against eager on row 1, within against float64
-    assert Runner._arbitrate(host, lambda x: exact.float(), checks, [exact], 1e-2, 1e-2) == (0, 4)
+    assert Runner._arbitrate(host, lambda x: exact.float(), None, checks, [exact], 1e-2,
+                             1e-2) == (0, 4, [])
     # a package off by 1 everywhere: row 1 agrees with eager's error, the rest are outside both
-    assert Runner._arbitrate(host, lambda x: exact.float() + 1.0, checks, [exact], 1e-2,
-                             1e-2) == (3, 4)
+    assert Runner._arbitrate(host, lambda x: exact.float() + 1.0, None, checks, [exact], 1e-2,
+                             1e-2) == (3, 4, [])
+
+
+def test_the_bench_follows_a_package_near_tie_choice_and_not_a_wrong_one():
+    """Where KForge is outside against eager fp32 and float64 alike, the bench compares the
+    package's topk choices with the float64 model's (kforge.ties): rows that differ only by a
+    choice at a near-tie count as within; a choice farther off keeps them outside. Here the
+    "package" is a model whose router ties experts 0 and 1 to 1e-6 the other way."""
+    from types import SimpleNamespace
+
+    from kforge.bench.runner import Runner, float64_runs
+
+    class Routed(torch.nn.Module):
+        def __init__(self, bump):
+            super().__init__()
+            g = torch.Generator().manual_seed(0)
+            self.router = torch.nn.Linear(16, 4, bias=False)
+            self.up = torch.nn.Linear(16, 64, bias=False)
+            with torch.no_grad():
+                self.router.weight.copy_(torch.randn(4, 16, generator=g))
+                self.router.weight[1] = self.router.weight[0]
+                self.up.weight.copy_(torch.randn(64, 16, generator=g))
+            self.bump = bump
+
+        def forward(self, x):
+            logits = self.router(x)
+            logits = torch.cat([logits[:, :1], logits[:, 1:2] + self.bump, logits[:, 2:]], 1)
+            _, idx = torch.topk(logits, 1, dim=-1)
+            y = self.up(x).view(x.shape[0], 4, 16)
+            return torch.gather(y, 1, idx[:, :, None].expand(-1, 1, 16)).squeeze(1)
+
+    class Package:                      # what the bench needs of kforge.runtime.CompiledModel
+        def __init__(self, module):
+            self.module = module
+
+        def __call__(self, *inputs):
+            return self.module(*inputs)
+
+        def run(self, inputs, graphs=True):
+            assert graphs is False      # a CUDA graph's replay would hide its selections
+            return self.module(*inputs)
+
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
+    package = Package(Routed(-1e-6))
+    host = SimpleNamespace()
+    for bump, within in ((1e-6, True), (0.5, False)):
+        model = Routed(bump)
+        with torch.no_grad():
+            checks = [((x,), model(x))]
+        f64, why = float64_runs(model, [x_ for x_, _ in checks])
+        assert f64 is not None, why
+        bad, rows, notes = Runner._arbitrate(host, package, model, checks, f64, 1e-2, 1e-2)
+        assert rows == 32 and len(notes) == 1
+        if within:
+            assert bad == 0 and "near-tie(s)" in notes[0] and "wrong choice" not in notes[0]
+        else:
+            assert bad > 3 and "a wrong choice, not followed" in notes[0], notes
