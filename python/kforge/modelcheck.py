@@ -24,6 +24,12 @@ strict one at a time until the model is within the policy:
   else to strict (the manifest's "strict_regions", read by
   kforge.selection.region_precision); its new kernel is verified by `kforge tune`, and the
   model checked again.
+
+Where the model is outside against eager fp32, a float64 copy of the model arbitrates
+(`arbitrated`: a row is outside only where it is outside against both); where it is outside
+against both, the package's topk choices are compared with the float64 model's, which follows
+them at near-ties (`follow_package_ties`, kforge.ties). A model within by either rule is
+within the policy, and nothing moves.
 """
 from __future__ import annotations
 
