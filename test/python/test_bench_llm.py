@@ -283,24 +283,12 @@ def test_the_bench_follows_a_package_near_tie_choice_and_not_a_wrong_one():
 
     from kforge.bench.runner import Runner, float64_runs
 
-    class Routed(torch.nn.Module):
-        def __init__(self, bump):
-            super().__init__()
-            g = torch.Generator().manual_seed(0)
-            self.router = torch.nn.Linear(16, 4, bias=False)
-            self.up = torch.nn.Linear(16, 64, bias=False)
-            with torch.no_grad():
-                self.router.weight.copy_(torch.randn(4, 16, generator=g))
-                self.router.weight[1] = self.router.weight[0]
-                self.up.weight.copy_(torch.randn(64, 16, generator=g))
-            self.bump = bump
-
-        def forward(self, x):
-            logits = self.router(x)
-            logits = torch.cat([logits[:, :1], logits[:, 1:2] + self.bump, logits[:, 2:]], 1)
-            _, idx = torch.topk(logits, 1, dim=-1)
-            y = self.up(x).view(x.shape[0], 4, 16)
-            return torch.gather(y, 1, idx[:, :, None].expand(-1, 1, 16)).squeeze(1)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "routed_tie", REPO / "test/python/fixtures/routed_tie.py")
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)
+    Routed = fixture.Model
 
     class Package:                      # what the bench needs of kforge.runtime.CompiledModel
         def __init__(self, module):

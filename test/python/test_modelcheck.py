@@ -285,41 +285,8 @@ def test_float64_arbitrates_rows_where_eager_fp32_is_off(tmp_path, kforge_opt):
     assert run.returncode == 1 and "32 of 32 rows outside against both" in run.stdout
 
 
-# A router whose experts 0 and 1 have the same weights: their logits are equal bit for bit
-# wherever computed, and the model takes 1e-6 off expert 1's. The package compiled from it
-# picks expert 0 at those tokens. The model file is then edited to add the 1e-6 instead: eager
-# fp32 and float64 pick expert 1 there, the package's choice is 1e-6 from theirs (a near-tie
-# under strict's allowance of about 1e-4), and the chosen experts' outputs differ by ~3.
-ROUTED = textwrap.dedent('''
-    import torch
-
-
-    class Model(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            g = torch.Generator().manual_seed(0)
-            self.router = torch.nn.Linear(16, 4, bias=False)
-            self.up = torch.nn.Linear(16, 64, bias=False)
-            with torch.no_grad():
-                self.router.weight.copy_(torch.randn(4, 16, generator=g))
-                self.router.weight[1] = self.router.weight[0]
-                self.up.weight.copy_(torch.randn(64, 16, generator=g))
-
-        def forward(self, x):
-            logits = self.router(x)
-            logits = torch.cat([logits[:, :1], logits[:, 1:2] - 1e-6, logits[:, 2:]], dim=1)
-            _, idx = torch.topk(logits, 1, dim=-1)
-            y = self.up(x).view(x.shape[0], 4, 16)
-            return torch.gather(y, 1, idx[:, :, None].expand(-1, 1, 16)).squeeze(1)
-
-
-    def get_inputs():
-        return [torch.randn(32, 16, generator=torch.Generator().manual_seed(1))]
-
-
-    def get_init_inputs():
-        return []
-''')
+# kforge.ties' test model: experts 0 and 1 tied bit for bit, BUMP added to expert 1's logit
+ROUTED = (REPO / "test/python/fixtures/routed_tie.py").read_text()
 
 
 @pytest.mark.skipif(bool(compile_half_missing()), reason=compile_half_missing())
@@ -333,7 +300,7 @@ def test_near_tie_choices_are_followed_and_wrong_choices_are_not(tmp_path, kforg
     from kforge.modelcheck import check_model
     assert check_model(pkg).margin.ok
     src = (pkg / "model.py").read_text()
-    tie = src.replace("logits[:, 1:2] - 1e-6", "logits[:, 1:2] + 1e-6")
+    tie = src.replace("BUMP = -1e-6", "BUMP = 1e-6")
     assert tie != src
     (pkg / "model.py").write_text(tie)
     check = check_model(pkg, attribute=True)
@@ -349,7 +316,7 @@ def test_near_tie_choices_are_followed_and_wrong_choices_are_not(tmp_path, kforg
     run = _kforge("run", pkg, "--check", cache=cache)
     assert "OK by the near-tie rule" in run.stdout, run.stdout
     # a choice 0.5 away is no tie: not followed, and the model stays outside
-    (pkg / "model.py").write_text(src.replace("logits[:, 1:2] - 1e-6", "logits[:, 1:2] + 0.5"))
+    (pkg / "model.py").write_text(src.replace("BUMP = -1e-6", "BUMP = 0.5"))
     check = check_model(pkg)
     assert not check.ok and check.followed is None and check.ties.errors > 0, check.lines()
     assert "a wrong choice, not followed" in "\n".join(check.lines())
