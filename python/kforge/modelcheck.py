@@ -245,13 +245,14 @@ def float64_outputs(module, inputs) -> tuple[list[torch.Tensor] | None, str]:
     return (None, why) if out is None else (_outputs(out[0]), "")
 
 
-def follow_package_ties(run_package, module, inputs, policy):
+def follow_package_ties(run_package, module, inputs, policy, recorded=None):
     """(kforge.ties.TieCounts or None, the package's margin against the float64 model that
     followed its near-tie choices or None, a note on why nothing was followed):
-    kforge.ties.follow_ties under the policy's rule. The margin is given only where some
-    choice differed and every one that did was a near-tie."""
+    kforge.ties.follow_ties under the policy's rule (`recorded`: its outputs and selections from
+    a run already made). The margin is given only where some choice differed and every one
+    that did was a near-tie."""
     from kforge.ties import follow_ties
-    f = follow_ties(run_package, module, inputs, _empty)
+    f = follow_ties(run_package, module, inputs, _empty, recorded)
     followed = None
     if f.outputs is not None and f.counts.followed and f.counts.ties:
         followed = margin(f.package_outputs, f.outputs, policy.atol, policy.rtol)
@@ -309,7 +310,9 @@ def _check_model(package, target: str, attribute: bool, sites: int,
     with torch.no_grad():
         ref = _outputs(module(*inputs))
     model = CompiledModel(package, weights, target)
-    with torch.no_grad():
+    from kforge.ties import Recorder
+    selections = Recorder()             # its topk choices, for the near-tie rule (kforge.ties)
+    with torch.no_grad(), selections:
         out = model.run(inputs, graphs=False)
     check = ModelCheck(policy.name, margin(out, ref, policy.atol, policy.rtol))
     if not check.margin.ok:
@@ -320,13 +323,12 @@ def _check_model(package, target: str, attribute: bool, sites: int,
             check.eager_float64 = margin(ref, ref64, policy.atol, policy.rtol)
             check.arbitrated = arbitrated(out, ref, ref64, policy.atol, policy.rtol)
         del ref64
-        if check.arbitrated is not None and not check.arbitrated.ok:
+        if check.arbitrated is not None and not check.arbitrated.ok and selections.calls:
             # outside against both: a discrete choice (an MoE router's topk) the package may
             # have made differently at a near-tie (kforge.ties)
-            say("the package again, its selections recorded; the float64 model following them "
-                "at near-ties")
+            say("the float64 model again, following the package's topk choices at near-ties")
             check.ties, check.followed, check.ties_note = follow_package_ties(
-                lambda: model.run(inputs, graphs=False), module, inputs, policy)
+                None, module, inputs, policy, recorded=(out, selections.calls))
     del out
     if check.ok:
         check.seconds = time.monotonic() - t0

@@ -185,30 +185,36 @@ class Followed:
     note: str = ""                          # why nothing could be followed
 
 
-def follow_ties(run_package, module, inputs, empty_cache=lambda: None) -> Followed:
+def follow_ties(run_package, module, inputs, empty_cache=lambda: None,
+                recorded: tuple | None = None) -> Followed:
     """Runs the package (`run_package()`: its outputs, with no CUDA graph, so that its
     selections pass the dispatcher) recording its topk choices, then a float64 copy of `module`
-    on `inputs` following those choices at near-ties (`Follower`, strict's allowance)."""
+    on `inputs` following those choices at near-ties (`Follower`, strict's allowance).
+    `recorded`: (the package's outputs, Recorder.calls) of a run already made under a
+    `Recorder` (kforge.modelcheck.check_model's), instead of running it again."""
     from kforge.bench.runner import float64_runs
     from kforge.verify.policy import get_policy
-    rec = Recorder()
-    with torch.no_grad(), rec:
-        out = run_package()
+    if recorded is None:
+        rec = Recorder()
+        with torch.no_grad(), rec:
+            out = run_package()
+        recorded = (out, rec.calls)
+    out, calls = recorded
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
-    if not rec.calls:
+    if not calls:
         return Followed(outs, None, TieCounts(), "the package makes no topk selection")
     strict = get_policy("strict")
-    follower = Follower(rec.calls, strict.atol, strict.rtol)
+    follower = Follower(calls, strict.atol, strict.rtol)
     with follower:
         res, why = float64_runs(module, [inputs], empty_cache, restart=follower.restart)
     if res is None:
         return Followed(outs, None, follower.counts, why)
     counts = follower.counts
-    short = [j + 1 for j, (c, r) in enumerate(zip(follower.cursor, rec.calls))
+    short = [j + 1 for j, (c, r) in enumerate(zip(follower.cursor, calls))
              if r is not None and c != r.shape[0]]
-    if not counts.unmatched and (counts.selections % len(rec.calls) or short):
+    if not counts.unmatched and (counts.selections % len(calls) or short):
         counts.unmatched = (f"the model made {counts.selections} selections, the package "
-                            f"{len(rec.calls)}" + (f"; rows left over at selection(s) {short}"
+                            f"{len(calls)}" + (f"; rows left over at selection(s) {short}"
                                                    if short else ""))
     got = res[0]
     return Followed(outs, [got] if isinstance(got, torch.Tensor) else list(got), counts)
