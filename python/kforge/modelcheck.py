@@ -293,9 +293,7 @@ def check_model(pkg, *, target: str | None = None, attribute: bool = False,
             "changed nothing in the package; moves made by earlier checks are kept in its "
             "manifest") from None
     finally:
-        gc.collect()                      # the models' reference cycles hold device memory
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _empty()                          # the models' reference cycles hold device memory
 
 
 def _check_model(package, target: str, attribute: bool, sites: int,

@@ -390,21 +390,25 @@ class Runner:
         import torch
 
         from kforge.modelcheck import arbitrated, follow_package_ties
+        from kforge.ties import Recorder
         bad = rows = 0
         notes = []
         rule = types.SimpleNamespace(atol=atol, rtol=rtol)
+        package = callable(getattr(fn, "run", None))
         for (fresh, ref), ref64 in zip(checks, f64):
-            with torch.no_grad():
-                out = fn(*fresh)
+            # a package runs without its CUDA graph, so that its selections are recorded
+            selections = Recorder()
+            with torch.no_grad(), selections:
+                out = fn.run(list(fresh), graphs=False) if package else fn(*fresh)
             m = arbitrated(out, ref, ref64, atol, rtol)
-            del out
             outside = m.rows_outside
-            if outside and callable(getattr(fn, "run", None)):
+            if outside and package:
                 ties, followed, note = follow_package_ties(
-                    lambda: fn.run(list(fresh), graphs=False), model, fresh, rule)
+                    None, model, fresh, rule, recorded=(out, selections.calls))
                 notes.append((ties.text() if ties is not None else "") + (note and f" ({note})"))
                 if followed is not None and followed.ok:
                     outside = 0
+            del out
             bad, rows = bad + outside, rows + m.rows
         return bad, rows, notes
 
