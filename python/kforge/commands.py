@@ -176,7 +176,13 @@ def cmd_run(args) -> int:
               f"{args.package}` (or `kforge run --tune`).")
     load_s = time.monotonic() - t
     t = time.monotonic()
-    out = model(*inputs)
+    from kforge.ties import Recorder
+    selections = Recorder()           # its topk choices, for --check's near-tie rule
+    if args.check:                    # (recorded where no CUDA graph replays the run)
+        with torch.no_grad(), selections:
+            out = model.run(list(inputs), graphs=False)
+    else:
+        out = model(*inputs)
     run_s = time.monotonic() - t
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     print(model.describe())
@@ -188,7 +194,7 @@ def cmd_run(args) -> int:
     if args.output:
         torch.save([o.detach().cpu() for o in outs], args.output)
     if args.check:
-        from kforge.modelcheck import arbitrated, float64_outputs, margin
+        from kforge.modelcheck import arbitrate, float64_outputs, margin
         module = eager_model(model.package)
         with torch.no_grad():
             ref = module(*inputs)
@@ -201,32 +207,16 @@ def cmd_run(args) -> int:
               f"{m.rows_outside} of {m.rows} rows outside): {'OK' if m.ok else 'MISMATCH'}")
         if not m.ok:
             # a float64 copy of the model arbitrates: eager fp32 can itself be off (an MoE
-            # router's near-tie that fp32 rounding decides the wrong way)
+            # router's near-tie that fp32 rounding decides the wrong way), and where the
+            # package is outside against both, its topk choices at near-ties are followed
             ref64, why = float64_outputs(module, inputs)
-            if ref64 is None:
-                print(f"no float64 arbiter: {why}")
-            else:
-                a = arbitrated(outs, refs, ref64, policy.atol, policy.rtol)
-                print(f"with a float64 copy of the model as arbiter: {a.rows_outside} of "
-                      f"{a.rows} rows outside against both (worst {a.worst:.3g}): "
-                      + ("OK: where the package leaves eager fp32, float64 agrees with it"
-                         if a.ok else "MISMATCH"))
-                if a.ok:
-                    return 0
-                # outside against both: a topk choice made differently at a near-tie?
-                from kforge.modelcheck import follow_package_ties
-                ties, followed, note = follow_package_ties(
-                    lambda: model.run(inputs, graphs=False), module, inputs, policy)
-                if ties is not None:
-                    print(f"selections: {ties.text()}")
-                if note:
-                    print(f"selections not followed: {note}")
-                if followed is not None:
-                    print("against the float64 model following the package's choices at "
-                          f"near-ties: {followed.text()}: "
-                          + ("OK by the near-tie rule" if followed.ok else "MISMATCH"))
-                    if followed.ok:
-                        return 0
+            a = arbitrate(outs, refs, why if ref64 is None else ref64, module, inputs, policy,
+                          selections.calls)
+            del ref64
+            for line in a.lines():
+                print(line)
+            if a.ok:
+                return 0
         if not m.ok and model.package.precision != "strict":
             print("each kernel passed its own region's check; `kforge tune "
                   f"{args.package} --check` takes the regions that carry the error to finer "

@@ -28,8 +28,8 @@ strict one at a time until the model is within the policy:
 Where the model is outside against eager fp32, a float64 copy of the model arbitrates
 (`arbitrated`: a row is outside only where it is outside against both); where it is outside
 against both, the package's topk choices are compared with the float64 model's, which follows
-them at near-ties (`follow_package_ties`, kforge.ties). A model within by either rule is
-within the policy, and nothing moves.
+them at near-ties (kforge.ties). A model within by either rule is within the policy, and
+nothing moves. `arbitrate` is that rule for every caller (tune --check, run --check, the bench).
 """
 from __future__ import annotations
 
@@ -119,6 +119,64 @@ def arbitrated(out, ref, ref64, atol: float, rtol: float) -> Margin:
 
 
 @dataclass
+class Arbitration:
+    """Where a package is outside its policy against eager fp32: the float64 model's verdict
+    (arbitrate)."""
+    arbitrated: Margin | None = None    # rows outside against both (None: no float64 copy)
+    note: str = ""                      # why there is no float64 copy
+    # where it is outside against both: its topk choices against the float64 model's
+    # (kforge.ties.TieCounts), and the package against the float64 model that followed its
+    # choices at near-ties (None where any choice was farther apart, or none differed)
+    ties: object = None
+    followed: Margin | None = None
+    ties_note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (self.arbitrated is not None and self.arbitrated.ok) or \
+            (self.followed is not None and self.followed.ok)
+
+    @property
+    def by_ties(self) -> bool:
+        """Within only by following the package's choices at near-ties."""
+        return self.ok and not self.arbitrated.ok
+
+    def lines(self) -> list[str]:
+        if self.arbitrated is None:
+            return [f"no float64 arbiter: {self.note}"]
+        a = self.arbitrated
+        out = [f"with a float64 copy of the model as arbiter: {a.rows_outside} of {a.rows} "
+               f"rows outside against both it and eager fp32 (worst {a.worst:.3g}): "
+               + ("within the policy by float64's arbitration: the rows outside against eager "
+                  "fp32 are within against float64, where eager fp32 itself is off (an MoE "
+                  "router's near-tie that fp32 rounding decides the wrong way)" if a.ok else
+                  "OUTSIDE the policy against both")]
+        if self.ties is not None:
+            out.append(f"selections: {self.ties.text()}")
+        if self.ties_note:
+            out.append(f"selections not followed: {self.ties_note}")
+        if self.followed is not None:
+            out.append("against the float64 model following the package's choices at "
+                       f"near-ties: {self.followed.text()}: "
+                       + ("within the policy by the near-tie rule: the rows outside are the "
+                          "consequence of choices exact arithmetic cannot tell apart"
+                          if self.followed.ok else "OUTSIDE the policy"))
+        return out
+
+    def json(self) -> dict:
+        out = {"note": self.note} if self.arbitrated is None else \
+            {"rows_outside_both": self.arbitrated.rows_outside, "rows": self.arbitrated.rows}
+        if self.ties is not None:
+            out["selections"] = self.ties.text()
+        if self.ties_note:
+            out["selections_not_followed"] = self.ties_note
+        if self.followed is not None:
+            out["followed"] = {"worst": self.followed.worst,
+                               "rows_outside": self.followed.rows_outside}
+        return out
+
+
+@dataclass
 class ModelCheck:
     """A package's whole-model check (check_model)."""
     policy: str
@@ -136,29 +194,21 @@ class ModelCheck:
     # reference (the frontend's graph alone)
     all_raised: Margin | None = None
     all_exact: Margin | None = None
-    # where the model is outside against eager fp32: against a float64 copy of the model, eager
-    # fp32's own distance from it, and the rows outside against both (arbitrated)
+    # where the model is outside against eager fp32: against a float64 copy of the model and
+    # eager fp32's own distance from it, and the float64 model's verdict (arbitrate)
     float64: Margin | None = None
     eager_float64: Margin | None = None
-    arbitrated: Margin | None = None
-    arbiter_note: str = ""
-    # where the model is outside against both: the package's topk choices against the float64
-    # model's (kforge.ties), and the package against the float64 model that followed its
-    # choices at near-ties (None where any choice was farther apart, or none differed)
-    ties: object = None
-    followed: Margin | None = None
-    ties_note: str = ""
+    arbiter: Arbitration | None = None
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.margin.ok or (self.arbitrated is not None and self.arbitrated.ok) or \
-            (self.followed is not None and self.followed.ok)
+        return self.margin.ok or (self.arbiter is not None and self.arbiter.ok)
 
     @property
     def by_ties(self) -> bool:
         """Within the policy only by following the package's choices at near-ties."""
-        return self.ok and not self.margin.ok and not (self.arbitrated and self.arbitrated.ok)
+        return not self.margin.ok and self.arbiter is not None and self.arbiter.by_ties
 
     def lines(self) -> list[str]:
         verdict = "within the policy" if self.margin.ok else \
@@ -169,24 +219,8 @@ class ModelCheck:
         if self.float64 is not None:
             out.append(f"  against a float64 copy of the model: {self.float64.text()}; eager "
                        f"fp32 itself against it: {self.eager_float64.text()}")
-            verdict = ("within the policy by float64's arbitration: the rows outside against "
-                       "eager fp32 are within against float64, where eager fp32 itself is off "
-                       "(an MoE router's near-tie that fp32 rounding decides the wrong way)"
-                       if self.arbitrated.ok else "OUTSIDE the policy against both")
-            out.append(f"  rows outside against both: {self.arbitrated.rows_outside} of "
-                       f"{self.arbitrated.rows} (worst {self.arbitrated.worst:.3g}): {verdict}")
-        elif self.arbiter_note:
-            out.append(f"  no float64 arbiter: {self.arbiter_note}")
-        if self.ties is not None:
-            out.append(f"  selections: {self.ties.text()}")
-        if self.ties_note:
-            out.append(f"  selections not followed: {self.ties_note}")
-        if self.followed is not None:
-            out.append("  against the float64 model following the package's choices at "
-                       f"near-ties: {self.followed.text()}: "
-                       + ("within the policy: the rows outside are the consequence of choices "
-                          "exact arithmetic cannot tell apart" if self.followed.ok else
-                          "OUTSIDE the policy"))
+        if self.arbiter is not None:
+            out += ["  " + line for line in self.arbiter.lines()]
         if self.all_raised is not None:
             out.append("  with every region not strict on its fp32 reference: "
                        f"{self.all_raised.text()}")
@@ -245,22 +279,31 @@ def float64_outputs(module, inputs) -> tuple[list[torch.Tensor] | None, str]:
     return (None, why) if out is None else (_outputs(out[0]), "")
 
 
-def follow_package_ties(run_package, module, inputs, policy, recorded=None):
-    """(kforge.ties.TieCounts or None, the package's margin against the float64 model that
-    followed its near-tie choices or None, a note on why nothing was followed):
-    kforge.ties.follow_ties under the policy's rule (`recorded`: its outputs and selections from
-    a run already made). The margin is given only where some choice differed and every one
-    that did was a near-tie."""
+def arbitrate(out, ref, ref64, module, inputs, policy, calls=None,
+              say: Callable[[str], None] | None = None) -> Arbitration:
+    """The package's outputs `out`, outside the policy against eager fp32 (`ref`), judged with a
+    float64 copy of the model: `ref64` (its outputs, or a text saying why there are none)
+    arbitrates row by row (`arbitrated`); where rows are outside
+    against both and the package's run recorded its topk choices (`calls`: a
+    kforge.ties.Recorder's, from the run that gave `out`), the float64 model runs again
+    following them at near-ties (kforge.ties) and the package is measured against it. The one
+    rule of `kforge tune --check`, `kforge run --check` and the bench (`policy`: atol, rtol)."""
+    if isinstance(ref64, str):
+        return Arbitration(note=ref64)
+    res = Arbitration(arbitrated(out, ref, ref64, policy.atol, policy.rtol))
+    if res.arbitrated.ok or not calls:
+        return res
+    if say:
+        say("the float64 model again, following the package's topk choices at near-ties")
     from kforge.ties import follow_ties
-    f = follow_ties(run_package, module, inputs, _empty, recorded)
-    followed = None
+    f = follow_ties(out, calls, module, inputs, _empty)
     if f.outputs is not None and f.counts.followed and f.counts.ties:
-        followed = margin(f.package_outputs, f.outputs, policy.atol, policy.rtol)
-    counts = None if f.note and not f.counts.selections else f.counts
-    note = f.note
+        res.followed = margin(f.package_outputs, f.outputs, policy.atol, policy.rtol)
+    res.ties = None if f.note and not f.counts.selections else f.counts
+    res.ties_note = f.note
     del f
     _empty()
-    return counts, followed, note
+    return res
 
 
 def check_model(pkg, *, target: str | None = None, attribute: bool = False,
@@ -315,18 +358,13 @@ def _check_model(package, target: str, attribute: bool, sites: int,
     check = ModelCheck(policy.name, margin(out, ref, policy.atol, policy.rtol))
     if not check.margin.ok:
         say("the model again as a float64 copy: the arbiter of rows outside against eager fp32")
-        ref64, check.arbiter_note = float64_outputs(module, inputs)
+        ref64, why = float64_outputs(module, inputs)
         if ref64 is not None:
             check.float64 = margin(out, ref64, policy.atol, policy.rtol)
             check.eager_float64 = margin(ref, ref64, policy.atol, policy.rtol)
-            check.arbitrated = arbitrated(out, ref, ref64, policy.atol, policy.rtol)
+        check.arbiter = arbitrate(out, ref, why if ref64 is None else ref64, module, inputs,
+                                  policy, selections.calls, say)
         del ref64
-        if check.arbitrated is not None and not check.arbitrated.ok and selections.calls:
-            # outside against both: a discrete choice (an MoE router's topk) the package may
-            # have made differently at a near-tie (kforge.ties)
-            say("the float64 model again, following the package's topk choices at near-ties")
-            check.ties, check.followed, check.ties_note = follow_package_ties(
-                None, module, inputs, policy, recorded=(out, selections.calls))
     del out
     if check.ok:
         check.seconds = time.monotonic() - t0
@@ -550,5 +588,6 @@ def fit_model(pkg, *, tune: Callable[[], dict], target: str | None = None,
         tune()
 
 
-__all__ = ["Margin", "margin", "arbitrated", "row_ratios", "float64_outputs", "ModelCheck",
+__all__ = ["Margin", "margin", "arbitrated", "row_ratios", "float64_outputs", "Arbitration",
+           "arbitrate", "ModelCheck",
            "check_model", "Fit", "fit_model", "bound_model", "next_rung", "choose_step"]

@@ -185,21 +185,13 @@ class Followed:
     note: str = ""                          # why nothing could be followed
 
 
-def follow_ties(run_package, module, inputs, empty_cache=lambda: None,
-                recorded: tuple | None = None) -> Followed:
-    """Runs the package (`run_package()`: its outputs, with no CUDA graph, so that its
-    selections pass the dispatcher) recording its topk choices, then a float64 copy of `module`
-    on `inputs` following those choices at near-ties (`Follower`, strict's allowance).
-    `recorded`: (the package's outputs, Recorder.calls) of a run already made under a
-    `Recorder` (kforge.modelcheck.check_model's), instead of running it again."""
+def follow_ties(out, calls, module, inputs, empty_cache=lambda: None) -> Followed:
+    """A float64 copy of `module` on `inputs` following, at near-ties (`Follower`, strict's
+    allowance), the topk choices `calls` (Recorder.calls) that the package recorded in the run
+    that gave `out` (run without its CUDA graph, so that its selections passed the
+    dispatcher)."""
     from kforge.bench.runner import float64_runs
     from kforge.verify.policy import get_policy
-    if recorded is None:
-        rec = Recorder()
-        with torch.no_grad(), rec:
-            out = run_package()
-        recorded = (out, rec.calls)
-    out, calls = recorded
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     if not calls:
         return Followed(outs, None, TieCounts(), "the package makes no topk selection")

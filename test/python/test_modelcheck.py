@@ -266,7 +266,8 @@ def test_float64_arbitrates_rows_where_eager_fp32_is_off(tmp_path, kforge_opt):
     assert not check.margin.ok and check.margin.worst > 2, check.lines()
     assert check.float64 is not None and check.float64.ok, check.lines()
     assert not check.eager_float64.ok                 # eager fp32 is the one that is off
-    assert check.arbitrated.ok and check.arbitrated.rows_outside == 0 and check.ok
+    a = check.arbiter.arbitrated
+    assert a.ok and a.rows_outside == 0 and check.ok
     assert not check.without                          # nothing to attribute
     text = "\n".join(check.lines())
     assert "within the policy by float64's arbitration" in text, text
@@ -275,12 +276,12 @@ def test_float64_arbitrates_rows_where_eager_fp32_is_off(tmp_path, kforge_opt):
     # `kforge run --check` arbitrates by the same rule
     run = _kforge("run", pkg, "--check", cache=cache)
     assert "MISMATCH" in run.stdout and "0 of 32 rows outside against both" in run.stdout
-    assert "float64 agrees with it" in run.stdout, run.stdout
+    assert "float64's arbitration" in run.stdout, run.stdout
     # a package that is off the float64 answer too is outside against both
     (pkg / "model.py").write_text(src.replace("return self.a(x)", "return self.a(x) + 1.0"))
     check = check_model(pkg)
     assert not check.ok and check.float64 is not None and not check.float64.ok
-    assert check.arbitrated.rows_outside == 32, check.lines()
+    assert check.arbiter.arbitrated.rows_outside == 32, check.lines()
     run = _kforge("run", pkg, "--check", cache=cache, check=False)
     assert run.returncode == 1 and "32 of 32 rows outside against both" in run.stdout
 
@@ -305,20 +306,21 @@ def test_near_tie_choices_are_followed_and_wrong_choices_are_not(tmp_path, kforg
     (pkg / "model.py").write_text(tie)
     check = check_model(pkg, attribute=True)
     assert not check.margin.ok and check.margin.rows_outside > 3, check.lines()
-    assert check.arbitrated is not None and not check.arbitrated.ok   # float64 agrees with eager
-    assert check.ties.rows_differ == check.ties.ties == check.margin.rows_outside
-    assert check.ties.errors == 0 and check.ties.worst_tie < 0.1
-    assert check.followed.ok and check.ok and check.by_ties, check.lines()
+    a = check.arbiter
+    assert a.arbitrated is not None and not a.arbitrated.ok    # float64 agrees with eager
+    assert a.ties.rows_differ == a.ties.ties == check.margin.rows_outside
+    assert a.ties.errors == 0 and a.ties.worst_tie < 0.1
+    assert check.arbiter.followed.ok and check.ok and check.by_ties, check.lines()
     text = "\n".join(check.lines())
     assert "within the policy by the near-tie rule" in text, text
     tuned = _kforge("tune", pkg, "--check", cache=cache)
     assert "near-tie rule" in tuned.stdout and "raised to strict" not in tuned.stdout
     run = _kforge("run", pkg, "--check", cache=cache)
-    assert "OK by the near-tie rule" in run.stdout, run.stdout
+    assert "within the policy by the near-tie rule" in run.stdout, run.stdout
     # a choice 0.5 away is no tie: not followed, and the model stays outside
     (pkg / "model.py").write_text(src.replace("BUMP = -1e-6", "BUMP = 0.5"))
     check = check_model(pkg)
-    assert not check.ok and check.followed is None and check.ties.errors > 0, check.lines()
+    assert not check.ok and check.arbiter.followed is None and check.arbiter.ties.errors > 0, check.lines()
     assert "a wrong choice, not followed" in "\n".join(check.lines())
     run = _kforge("run", pkg, "--check", cache=cache, check=False)
     assert run.returncode == 1 and "MISMATCH" in run.stdout and "near-tie rule" not in run.stdout

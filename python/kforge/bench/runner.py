@@ -379,7 +379,7 @@ class Runner:
 
     def _arbitrate(self, fn, model, checks, f64, atol, rtol) -> tuple[int, int, list]:
         """(rows outside against both eager fp32 and the float64 model, rows, notes) of fn over
-        every check (kforge.modelcheck.arbitrated): where eager fp32 is itself off (an MoE
+        every check (kforge.modelcheck.arbitrate): where eager fp32 is itself off (an MoE
         router's near-tie that fp32 rounding decides the wrong way), the float64 answer
         arbitrates. Where a check is outside against both and fn is a package (`run`), its
         topk choices are compared with the float64 model's (kforge.ties): where every differing
@@ -389,7 +389,7 @@ class Runner:
 
         import torch
 
-        from kforge.modelcheck import arbitrated, follow_package_ties
+        from kforge.modelcheck import arbitrate
         from kforge.ties import Recorder
         bad = rows = 0
         notes = []
@@ -400,16 +400,14 @@ class Runner:
             selections = Recorder()
             with torch.no_grad(), selections:
                 out = fn.run(list(fresh), graphs=False) if package else fn(*fresh)
-            m = arbitrated(out, ref, ref64, atol, rtol)
-            outside = m.rows_outside
-            if outside and package:
-                ties, followed, note = follow_package_ties(
-                    None, model, fresh, rule, recorded=(out, selections.calls))
-                notes.append((ties.text() if ties is not None else "") + (note and f" ({note})"))
-                if followed is not None and followed.ok:
-                    outside = 0
+            a = arbitrate(out, ref, ref64, model, fresh, rule,
+                          selections.calls if package else None)
+            if a.ties is not None or a.ties_note:
+                notes.append((a.ties.text() if a.ties is not None else "")
+                             + (a.ties_note and f" ({a.ties_note})"))
             del out
-            bad, rows = bad + outside, rows + m.rows
+            bad += 0 if a.ok else a.arbitrated.rows_outside
+            rows += a.arbitrated.rows
         return bad, rows, notes
 
     def _time(self, fn, inputs) -> Timing:
