@@ -10,5 +10,5 @@ status=0
 echo "== lit: test/ =="
 lit -sv "$BUILD/test" || status=1
 echo "== pytest: test/python =="
-python -m pytest -q -n 2 test/python "$@" || status=1
+python -m pytest -q -n 2 --durations=25 test/python "$@" || status=1
 exit $status
