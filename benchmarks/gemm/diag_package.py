@@ -17,7 +17,9 @@ timed the same way:
 * bf16out: the output written in bf16 (what the fp32 output's bytes cost; not a KForge option);
 * tmastore_flat: tmastore with the tile loop flattened into the K loop's pipeline (tma2's
   FLATTEN: the next tile's loads in flight during this tile's epilogue);
-* bn128: 128x128 tiles, 4 stages; bm256: 256x128 tiles in place of 128x256; group8: GROUP_M 8.
+* bn128: 128x128 tiles, 4 stages; bm256: 256x128 tiles in place of 128x256; group8: GROUP_M 8;
+* fastmath: the epilogue's libdevice tanh and log1p replaced by exp-based formulas (what the
+  accurate transcendental calls cost; not a KForge option).
 
 The matched route is timed beside: the model cast to bf16 on bf16 inputs (cuBLAS), eager.
 Writes $OUT/diag_package.json and prints a table. A diagnostic, not a benchmark of record.
@@ -85,6 +87,10 @@ def variant_sources(src: str) -> dict:
     out["bn128"] = re.sub(r"BLOCK_N=256", "BLOCK_N=128", out["stages4"])
     out["bm256"] = src.replace("BLOCK_M=128, BLOCK_N=256", "BLOCK_M=256, BLOCK_N=128")
     out["group8"] = re.sub(r"GROUP_M=16", "GROUP_M=8", src)
+    # fastmath: the epilogue's libdevice tanh and log1p by exp2-based formulas (what the
+    # accurate transcendental calls cost in the epilogue; not a KForge option)
+    out["fastmath"] = re.sub(r"libdevice\.log1p\((\w+)\)", r"tl.log(1.0 + \1)", re.sub(
+        r"libdevice\.tanh\((\w+)\)", r"(1.0 - 2.0 / (tl.exp(2.0 * \1) + 1.0))", src))
     m = re.search(r"\n(\s+)tl\.store\((\w+) \+ \(\(rm \* (\d+)\) \+ rn\), (\w+)\)\n", src)
     dims = re.search(r"M=(\d+) N=(\d+) K=(\d+)", src)
     if m and dims:

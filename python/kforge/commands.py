@@ -166,7 +166,15 @@ def cmd_run(args) -> int:
         from kforge.package import print_report
         print_report(json.loads((package.root / "report.json").read_text()))
     t = time.monotonic()
-    model = load_package(args.package, target=target, tune=args.tune,
+    module = None
+    weights_file = package.weights_path()
+    if (weights_file is None or not weights_file.is_file()) and package.model_path():
+        # a package built without its weights (benchmarks carry them so): the model file's
+        # module as its constructor builds it is bound, and --check compares against it
+        module, _ = load_model_file(package.model_path(), with_model=True)
+        print(f"note: {args.package} carries no weights file; the weights of the module its "
+              "model file builds are bound")
+    model = load_package(args.package, module, target=target, tune=args.tune,
                          use_kernels=not args.reference_only)
     from kforge.tune import pending_candidates
     pending = pending_candidates(model.package, target)
@@ -195,7 +203,7 @@ def cmd_run(args) -> int:
         torch.save([o.detach().cpu() for o in outs], args.output)
     if args.check:
         from kforge.modelcheck import arbitrate, float64_outputs, margin
-        module = eager_model(model.package)
+        module = module if module is not None else eager_model(model.package)
         with torch.no_grad():
             ref = module(*inputs)
         policy = get_policy(model.package.precision)

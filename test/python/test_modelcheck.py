@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "python"))
 
 from kforge.frontend.regions import compile_half_missing  # noqa: E402
 from kforge.modelcheck import margin  # noqa: E402
+from kforge.package import open_package  # noqa: E402
 
 # Two projections of the same values whose weights differ by 1e-3, subtracted: each product
 # (|values| ~ 100) is well inside bf16's tolerance on its own, and so is each region on the
@@ -317,6 +318,14 @@ def test_near_tie_choices_are_followed_and_wrong_choices_are_not(tmp_path, kforg
     assert "near-tie rule" in tuned.stdout and "raised to strict" not in tuned.stdout
     run = _kforge("run", pkg, "--check", cache=cache)
     assert "within the policy by the near-tie rule" in run.stdout, run.stdout
+    # a package carried without its weights (as the benchmarks carry them) binds the module its
+    # model file builds, and is checked against that module
+    weights = open_package(pkg).weights_path()
+    weights.rename(tmp_path / "weights.safetensors")
+    run = _kforge("run", pkg, "--check", cache=cache)
+    assert "carries no weights file" in run.stdout, run.stdout
+    assert "within the policy by the near-tie rule" in run.stdout, run.stdout
+    (tmp_path / "weights.safetensors").rename(weights)
     # a choice 0.5 away is no tie: not followed, and the model stays outside
     (pkg / "model.py").write_text(src.replace("BUMP = -1e-6", "BUMP = 0.5"))
     check = check_model(pkg)
