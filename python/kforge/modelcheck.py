@@ -150,7 +150,7 @@ class Arbitration:
                + ("within the policy by float64's arbitration: the rows outside against eager "
                   "fp32 are within against float64, where eager fp32 itself is off (an MoE "
                   "router's near-tie that fp32 rounding decides the wrong way)" if a.ok else
-                  "OUTSIDE the policy against both")]
+                  "outside against both")]
         if self.ties is not None:
             out.append(f"selections: {self.ties.text()}")
         if self.ties_note:
