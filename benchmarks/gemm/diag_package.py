@@ -18,8 +18,10 @@ timed the same way:
 * tmastore_flat: tmastore with the tile loop flattened into the K loop's pipeline (tma2's
   FLATTEN: the next tile's loads in flight during this tile's epilogue);
 * bn128: 128x128 tiles, 4 stages; bm256: 256x128 tiles in place of 128x256; group8: GROUP_M 8;
-* fastmath: the epilogue's libdevice tanh and log1p replaced by exp-based formulas (what the
-  accurate transcendental calls cost; not a KForge option).
+* fastmath: the epilogue's libdevice tanh and log1p replaced by exp-based formulas, where the
+  package has libdevice's (KFORGE_BUILTIN_FASTMATH=0, or older packages); libdevice: the bf16
+  policy's tanh.approx / lg2.approx (the default since 2026-12-06) replaced by libdevice's,
+  which is what the fast math buys.
 
 The matched route is timed beside: the model cast to bf16 on bf16 inputs (cuBLAS), eager.
 Writes $OUT/diag_package.json and prints a table. A diagnostic, not a benchmark of record.
@@ -87,10 +89,16 @@ def variant_sources(src: str) -> dict:
     out["bn128"] = re.sub(r"BLOCK_N=256", "BLOCK_N=128", out["stages4"])
     out["bm256"] = src.replace("BLOCK_M=128, BLOCK_N=256", "BLOCK_M=256, BLOCK_N=128")
     out["group8"] = re.sub(r"GROUP_M=16", "GROUP_M=8", src)
-    # fastmath: the epilogue's libdevice tanh and log1p by exp2-based formulas (what the
-    # accurate transcendental calls cost in the epilogue; not a KForge option)
+    # fastmath / libdevice: the epilogue's tanh and log1p the other way from the package's
+    # (KFORGE_BUILTIN_FASTMATH: the bf16 policy's tanh.approx and lg2.approx by default)
     out["fastmath"] = re.sub(r"libdevice\.log1p\((\w+)\)", r"tl.log(1.0 + \1)", re.sub(
         r"libdevice\.tanh\((\w+)\)", r"(1.0 - 2.0 / (tl.exp(2.0 * \1) + 1.0))", src))
+    slow = re.sub(r"\(_fast_log2\(1\.0 \+ (\w+)\) \* 0\.6931471805599453\)",
+                  r"libdevice.log1p(\1)", src.replace("= _fast_tanh(", "= libdevice.tanh("))
+    if slow != src and "import libdevice" not in slow:
+        slow = slow.replace("import triton.language as tl\n", "import triton.language as tl\n"
+                            "from triton.language.extra import libdevice\n", 1)
+    out["libdevice"] = slow
     m = re.search(r"\n(\s+)tl\.store\((\w+) \+ \(\(rm \* (\d+)\) \+ rn\), (\w+)\)\n", src)
     dims = re.search(r"M=(\d+) N=(\d+) K=(\d+)", src)
     if m and dims:

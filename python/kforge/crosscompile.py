@@ -76,6 +76,8 @@ PTX_OPS = {
     # MoE up projection's weight tiles, 2026-12-06: a mask alternating every other column)
     "cp.async.narrow": r"cp\.async\.ca\b",
     "local": r"\b(?:ld|st)\.local",
+    # the bf16 policy's fast math (CudaTarget.fast_math): one instruction per tanh
+    "tanh.approx": r"\btanh\.approx\.f32",
 }
 
 

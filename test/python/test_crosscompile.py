@@ -54,7 +54,28 @@ def test_ptx_profile_counts_what_a_kernel_issues():
 """
     got = xc.ptx_profile(ptx)
     assert got == {"wgmma": 2, "mma.sync": 0, "tma": 2, "tma_store": 1, "shfl": 1, "bar": 2,
-                   "cp.async": 2, "cp.async.narrow": 1, "local": 2, "lines": 12}
+                   "cp.async": 2, "cp.async.narrow": 1, "local": 2, "tanh.approx": 0,
+                   "lines": 12}
+
+
+def test_bf16_tanh_is_one_instruction_and_strict_keeps_libdevice(monkeypatch):
+    """Under bf16 an fp32 tanh is PTX's tanh.approx.f32 (about 5e-4 at worst, against the
+    policy's 1e-2): in a GEMM's epilogue libdevice's tanhf runs on the product's warps while the
+    tensor cores wait (chain_mish_tanh, H100 2026-12-06). strict keeps libdevice, and
+    KFORGE_BUILTIN_FASTMATH=0 turns it off."""
+    spec = load_spec(SPECS / "gelu_tanh.json")
+    lines = {}
+    for policy, knob in (("bf16", "1"), ("bf16", "0"), ("strict", "1")):
+        monkeypatch.setenv("KFORGE_BUILTIN_FASTMATH", knob)
+        cand = candidates(spec, "cuda", policy)[0]
+        fast = policy == "bf16" and knob == "1"
+        assert ("_fast_tanh(" in cand.source) == fast, cand.source
+        assert ("libdevice.tanh(" in cand.source) != fast
+        reports = _compile(spec, cand)
+        assert reports and all(r.ok for r in reports), [r.error for r in reports]
+        assert (sum(r.ptx_ops["tanh.approx"] for r in reports) > 0) == fast
+        lines[(policy, knob)] = sum(r.ptx_ops["lines"] for r in reports)
+    assert lines[("bf16", "1")] < lines[("bf16", "0")], lines
 
 
 @pytest.mark.parametrize("activation,scheme", [("gpt_oss", "fp16x3"), ("swiglu", "fp16x3"),

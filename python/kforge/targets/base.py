@@ -75,6 +75,9 @@ class Target:
     bf16_dot_ok: bool = True            # False where bf16 tl.dot gives wrong results
     math_imports: str = ""              # import lines the math spellings below need
     extra_math: dict = {}               # op -> format string, beyond CORE_MATH
+    # op -> a faster, less exact spelling for fp32 values, used under the bf16 policy
+    # (its tolerance is 1e-2; these err by about 5e-4 at most): KFORGE_BUILTIN_FASTMATH=0 off
+    fast_math: dict = {}
 
     def __init__(self, arch: str | None = None):
         # `kforge compile --target xpu:bmg` sets KFORGE_XPU_ARCH for the whole process tree

@@ -5,6 +5,7 @@ weights that `prepare_weights` stores in another form, and the emitters (`Builde
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 
 from kforge.providers.builtin import indexing as ix
@@ -89,6 +90,8 @@ class Builder:
     def emitter(self, kvars, columns=None) -> Emitter:
         em = Emitter(self.spec, self.target, kvars, self.pointers(), columns)
         em.split_sums = self.split_sums
+        em.fast_math = self.precision == "bf16" and \
+            os.environ.get("KFORGE_BUILTIN_FASTMATH", "1") != "0"
         return em
 
     def finish(self, em: Emitter, name: str, outputs: list[str], constexprs: dict, lines,

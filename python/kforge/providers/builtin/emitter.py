@@ -12,6 +12,7 @@ or as a loop over column blocks (then placed before the loop that needs them).
 from __future__ import annotations
 
 import math
+import re
 import operator
 import struct
 from contextlib import contextmanager
@@ -77,7 +78,15 @@ BF16_RNE = "_bf16_rne"
 _HELPERS = {BF16_RNE: "@triton.jit\ndef _bf16_rne(x):\n"
                       "    u = x.to(tl.float32).to(tl.int32, bitcast=True)\n"
                       "    return ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, "
-                      "bitcast=True)\n"}
+                      "bitcast=True)\n",
+            # the bf16 policy's fast math on NVIDIA GPUs (CudaTarget.fast_math): one MUFU
+            # instruction each, in place of libdevice's tanhf / log1pf (tens of instructions)
+            "_fast_tanh": "@triton.jit\ndef _fast_tanh(x):\n"
+                          "    return tl.inline_asm_elementwise(\"tanh.approx.f32 $0, $1;\", "
+                          "\"=r,r\", [x], dtype=tl.float32, is_pure=True, pack=1)\n",
+            "_fast_log2": "@triton.jit\ndef _fast_log2(x):\n"
+                          "    return tl.inline_asm_elementwise(\"lg2.approx.f32 $0, $1;\", "
+                          "\"=r,r\", [x], dtype=tl.float32, is_pure=True, pack=1)\n"}
 
 
 def combine_function(name: str) -> str:
@@ -229,6 +238,9 @@ class Emitter:
         self.loads: dict[str, set[str]] = {}   # tensor -> {"dot", "other"}: how it is read
         self.dot_context = False               # loads are a matrix product's operands (operand_reads)
         self.math_used = False
+        # the target's fast spellings of fp32 math (Target.fast_math), where the policy's
+        # tolerance allows them (Builder.emitter: bf16)
+        self.fast_math = False
         self.root: Scope | None = None
         self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
         self.ops_used: dict[str, None] = {}     # names of the ops this kernel computes, in order
@@ -498,7 +510,11 @@ class Emitter:
                 return Val(literal(1.0), frozenset(), s.type, literal=1.0)
             code = " * ".join([a[0]] * n)
         else:
-            fmt = self.target.math(s.op)
+            fmt = self.target.fast_math.get(s.op) if self.fast_math and s.type == "f32" \
+                else None
+            for helper in re.findall(r"\b(_fast_\w+)\(", fmt or ""):
+                self.combiners_used[helper] = None
+            fmt = fmt or self.target.math(s.op)
             if fmt is None:
                 raise CannotGenerate(f"no Triton spelling of {s.op} on target "
                                      f"{self.target.name}")
