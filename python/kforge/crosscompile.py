@@ -48,6 +48,9 @@ class KernelReport:
     grf_mode: str | None = None       # xpu: "large" = 256 registers a thread
     compiler: str = ""
     ptx_ops: dict = field(default_factory=dict)   # cuda: PTX_OPS counted in the kernel's PTX
+    # cuda: the cubin's SASS (cuobjdump): instructions, MUFU (special-function unit)
+    # instructions, branches and calls; empty where cuobjdump is missing
+    sass: dict = field(default_factory=dict)
 
     @property
     def tma(self) -> bool:
@@ -94,6 +97,30 @@ def _triton_version() -> str:
         return triton.__version__
     except Exception:   # noqa: BLE001
         return "not installed"
+
+
+def sass_profile(cubin: bytes | None) -> dict[str, int]:
+    """Counts of the SASS instructions in `cubin` (Triton's bundled cuobjdump): all of them,
+    MUFU (special-function unit: ex2, lg2, rcp, tanh...) and branches / calls. Static counts,
+    not executions, like ptx_profile, but after ptxas: PTX's `div.full.f32` and libdevice's
+    tanhf are one line of PTX each and expand differently here. {} where it cannot be read."""
+    if not cubin:
+        return {}
+    try:
+        import triton
+        tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if not tool.is_file():
+            return {}
+        with tempfile.TemporaryDirectory(prefix="kforge-sass-") as tmp:
+            path = Path(tmp) / "k.cubin"
+            path.write_bytes(cubin)
+            text = subprocess.run([str(tool), "-sass", str(path)], capture_output=True,
+                                  text=True, timeout=120).stdout
+    except Exception:   # noqa: BLE001 - a profile fact, never a failure
+        return {}
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text)
+    return {"instructions": len(ops), "mufu": sum(o.startswith("MUFU") for o in ops),
+            "branches": sum(o.split(".")[0] in ("BRA", "CALL", "BRX", "JMP") for o in ops)}
 
 
 def _ptxas_info(ptx: str, arch: int) -> tuple[int | None, int | None, int | None]:
@@ -148,6 +175,7 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
                                     options=options.__dict__)
             ptx = kernel.asm.get("ptx", "")
             rep.ptx_ops = ptx_profile(ptx)
+            rep.sass = sass_profile(kernel.asm.get("cubin"))
             rep.mma = "wgmma" if rep.ptx_ops["wgmma"] else \
                 "mma.sync" if rep.ptx_ops["mma.sync"] else ""
             rep.shared_bytes = int(getattr(kernel.metadata, "shared", 0) or 0)
