@@ -163,18 +163,6 @@ class Arbitration:
                           if self.followed.ok else "OUTSIDE the policy"))
         return out
 
-    def json(self) -> dict:
-        out = {"note": self.note} if self.arbitrated is None else \
-            {"rows_outside_both": self.arbitrated.rows_outside, "rows": self.arbitrated.rows}
-        if self.ties is not None:
-            out["selections"] = self.ties.text()
-        if self.ties_note:
-            out["selections_not_followed"] = self.ties_note
-        if self.followed is not None:
-            out["followed"] = {"worst": self.followed.worst,
-                               "rows_outside": self.followed.rows_outside}
-        return out
-
 
 @dataclass
 class ModelCheck:
@@ -283,11 +271,11 @@ def arbitrate(out, ref, ref64, module, inputs, policy, calls=None,
               say: Callable[[str], None] | None = None) -> Arbitration:
     """The package's outputs `out`, outside the policy against eager fp32 (`ref`), judged with a
     float64 copy of the model: `ref64` (its outputs, or a text saying why there are none)
-    arbitrates row by row (`arbitrated`); where rows are outside
-    against both and the package's run recorded its topk choices (`calls`: a
-    kforge.ties.Recorder's, from the run that gave `out`), the float64 model runs again
-    following them at near-ties (kforge.ties) and the package is measured against it. The one
-    rule of `kforge tune --check`, `kforge run --check` and the bench (`policy`: atol, rtol)."""
+    arbitrates row by row (`arbitrated`). Where rows are outside against both and the
+    package's run recorded its topk choices (`calls`: a kforge.ties.Recorder's, from the run
+    that gave `out`), the float64 model runs again following them at near-ties (kforge.ties)
+    and the package is measured against it. The one rule of `kforge tune --check`, `kforge run
+    --check` and the bench (`policy`: atol, rtol)."""
     if isinstance(ref64, str):
         return Arbitration(note=ref64)
     res = Arbitration(arbitrated(out, ref, ref64, policy.atol, policy.rtol))
