@@ -23,6 +23,7 @@ timed the same way:
   policy's tanh.approx / lg2.approx (the default since 2026-12-06) replaced by libdevice's,
   which is what the fast math buys.
 
+VARIANTS=libdevice,fastmath (comma-separated) times only those beside the package's own kernel.
 The matched route is timed beside: the model cast to bf16 on bf16 inputs (cuBLAS), eager.
 Writes $OUT/diag_package.json and prints a table. A diagnostic, not a benchmark of record.
 """
@@ -169,7 +170,10 @@ def run_workload(pkg_root: Path, name: str) -> dict:
     rec["variants"] = {}
     base_out = None
     tmp = Path(tempfile.mkdtemp())
+    only = [v for v in os.environ.get("VARIANTS", "").split(",") if v]
     for vname, vsrc in variant_sources(src).items():
+        if only and vname != "base" and vname not in only:
+            continue
         v: dict = {}
         try:
             p = tmp / f"{name}_{vname}.py"
