@@ -316,3 +316,53 @@ def test_the_bench_follows_a_package_near_tie_choice_and_not_a_wrong_one():
             assert bad == 0 and "near-tie(s)" in notes[0] and "wrong choice" not in notes[0]
         else:
             assert bad > 3 and "a wrong choice, not followed" in notes[0], notes
+
+
+def test_the_strict_contract_follows_a_package_near_tie_choice_and_not_a_wrong_one():
+    """strict's contract holds each element of KForge's result to twice eager fp32's own error
+    against a float64 model. At a router's near-tie the package may pick the other expert,
+    and every element of that token is then far from float64's. The bench runs the contract
+    again with the float64 model following the package's choices where they are near-ties
+    (eager fp32's error still measured against the float64 model's own); a choice farther
+    off is not followed, and the contract fails."""
+    from types import SimpleNamespace
+
+    from kforge.bench.runner import Runner, float64_runs
+
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "routed_tie", REPO / "test/python/fixtures/routed_tie.py")
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)
+    Routed = fixture.Model
+
+    class Package:                      # what the bench needs of kforge.runtime.CompiledModel
+        def __init__(self, module):
+            self.module = module
+
+        def __call__(self, *inputs):
+            return self.module(*inputs)
+
+        def run(self, inputs, graphs=True):
+            assert graphs is False      # a CUDA graph's replay would hide its selections
+            return self.module(*inputs)
+
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
+    package = Package(Routed(-1e-6))
+    host = SimpleNamespace(target=SimpleNamespace(empty_cache=lambda: None))
+    for bump, passes in ((1e-6, True), (0.5, False)):
+        model = Routed(bump)
+        with torch.no_grad():
+            checks = [((x,), model(x))]
+        f64, why = float64_runs(model, [x_ for x_, _ in checks])
+        assert f64 is not None, why
+        plain = Runner._check(host, package, checks, f64=f64)
+        assert plain.contract_ok is False and plain.over_bound > 0
+        res, notes = Runner._contract_by_ties(host, package, model, checks, f64)
+        assert len(notes) == 1, notes
+        if passes:
+            assert res.contract_ok and res.over_bound == 0, res
+            assert "near-tie(s)" in notes[0] and "wrong choice" not in notes[0]
+        else:
+            assert res.contract_ok is False and res.over_bound > 0
+            assert "a wrong choice, not followed" in notes[0], notes
