@@ -62,11 +62,12 @@ def _versions() -> dict:
 
 @functools.lru_cache(maxsize=1)
 def builtin_generator_digest() -> str:
-    """Digest of the builtin generator's own code: a kernel it made before a change to the
-    generator is not served for its key afterwards (the new generator may make a better one)."""
+    """Digest of the builtin generator's own code, and of the targets' (their configuration
+    spaces and math spellings): a kernel it made before a change to either is not served for
+    its key afterwards (the new generator may make a better one)."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for folder in (root / "providers" / "builtin", root / "kernels"):
+    for folder in (root / "providers" / "builtin", root / "kernels", root / "targets"):
         for path in sorted(folder.glob("*.py")):
             h.update(path.name.encode())
             h.update(path.read_bytes())
