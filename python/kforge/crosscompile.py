@@ -48,8 +48,8 @@ class KernelReport:
     grf_mode: str | None = None       # xpu: "large" = 256 registers a thread
     compiler: str = ""
     ptx_ops: dict = field(default_factory=dict)   # cuda: PTX_OPS counted in the kernel's PTX
-    # cuda: the cubin's SASS (cuobjdump): instructions, MUFU (special-function unit)
-    # instructions, branches and calls; empty where cuobjdump is missing
+    # cuda, where asked (compile_source's `sass`): the cubin's SASS (cuobjdump): instructions,
+    # MUFU (special-function unit) instructions, branches and calls; empty otherwise
     sass: dict = field(default_factory=dict)
 
     @property
@@ -148,10 +148,12 @@ def _ptxas_info(ptx: str, arch: int) -> tuple[int | None, int | None, int | None
 
 
 def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: int = 90,
-                   name: str = "candidate", weights: tuple[int, ...] = ()) -> list[KernelReport]:
+                   name: str = "candidate", weights: tuple[int, ...] = (),
+                   sass: bool = False) -> list[KernelReport]:
     """Run `launch` from `source` on meta tensors of the given (shape, dtype) arguments (after
     `prepare_weights` of the `weights` argument indices, when the source defines it), compiling
-    each kernel launch for sm_`arch` instead of running it."""
+    each kernel launch for sm_`arch` instead of running it. `sass`: also count its SASS
+    (sass_profile: a cuobjdump run per kernel, so only where asked)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile as triton_compile, make_backend
     from triton.runtime.jit import JITFunction, create_function_from_signature
@@ -175,7 +177,8 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
                                     options=options.__dict__)
             ptx = kernel.asm.get("ptx", "")
             rep.ptx_ops = ptx_profile(ptx)
-            rep.sass = sass_profile(kernel.asm.get("cubin"))
+            if sass:
+                rep.sass = sass_profile(kernel.asm.get("cubin"))
             rep.mma = "wgmma" if rep.ptx_ops["wgmma"] else \
                 "mma.sync" if rep.ptx_ops["mma.sync"] else ""
             rep.shared_bytes = int(getattr(kernel.metadata, "shared", 0) or 0)
@@ -304,12 +307,12 @@ _snapshot_language()
 
 
 def compile_candidate(source: str, spec, arch: int = 90, dynamic_size: int = 8,
-                      name: str = "candidate") -> list[KernelReport]:
+                      name: str = "candidate", sass: bool = False) -> list[KernelReport]:
     """compile_source with a region's arguments: its spec's shapes (dynamic dimensions at
     `dynamic_size`), dtypes and weight arguments."""
     sig = signature_of(spec)
     return compile_source(source, [(list(a.concrete(dynamic_size)), a.dtype) for a in sig.args],
-                          arch, name=name, weights=sig.weight_indices)
+                          arch, name=name, weights=sig.weight_indices, sass=sass)
 
 
 def candidate_job(source: str, spec, dynamic_size: int = 8, name: str = "candidate") -> dict:
