@@ -274,6 +274,29 @@ def test_float64_arbitrates_the_bench_rows_where_eager_fp32_is_off():
                              1e-2) == (3, 4, [])
 
 
+class _Package:
+    """What the bench needs of kforge.runtime.CompiledModel, over an eager module."""
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, *inputs):
+        return self.module(*inputs)
+
+    def run(self, inputs, graphs=True):
+        assert graphs is False          # a CUDA graph's replay would hide its selections
+        return self.module(*inputs)
+
+
+def _routed_tie_package():
+    """(the routed_tie fixture's Model class, a "package" of it tied the other way: -1e-6)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "routed_tie", REPO / "test/python/fixtures/routed_tie.py")
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)
+    return fixture.Model, _Package(fixture.Model(-1e-6))
+
+
 def test_the_bench_follows_a_package_near_tie_choice_and_not_a_wrong_one():
     """Where KForge is outside against eager fp32 and float64 alike, the bench compares the
     package's topk choices with the float64 model's (kforge.ties): rows that differ only by a
@@ -283,26 +306,8 @@ def test_the_bench_follows_a_package_near_tie_choice_and_not_a_wrong_one():
 
     from kforge.bench.runner import Runner, float64_runs
 
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "routed_tie", REPO / "test/python/fixtures/routed_tie.py")
-    fixture = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fixture)
-    Routed = fixture.Model
-
-    class Package:                      # what the bench needs of kforge.runtime.CompiledModel
-        def __init__(self, module):
-            self.module = module
-
-        def __call__(self, *inputs):
-            return self.module(*inputs)
-
-        def run(self, inputs, graphs=True):
-            assert graphs is False      # a CUDA graph's replay would hide its selections
-            return self.module(*inputs)
-
+    Routed, package = _routed_tie_package()
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
-    package = Package(Routed(-1e-6))
     host = SimpleNamespace()
     for bump, within in ((1e-6, True), (0.5, False)):
         model = Routed(bump)
@@ -329,26 +334,8 @@ def test_the_strict_contract_follows_a_package_near_tie_choice_and_not_a_wrong_o
 
     from kforge.bench.runner import Runner, float64_runs
 
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "routed_tie", REPO / "test/python/fixtures/routed_tie.py")
-    fixture = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fixture)
-    Routed = fixture.Model
-
-    class Package:                      # what the bench needs of kforge.runtime.CompiledModel
-        def __init__(self, module):
-            self.module = module
-
-        def __call__(self, *inputs):
-            return self.module(*inputs)
-
-        def run(self, inputs, graphs=True):
-            assert graphs is False      # a CUDA graph's replay would hide its selections
-            return self.module(*inputs)
-
+    Routed, package = _routed_tie_package()
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
-    package = Package(Routed(-1e-6))
     host = SimpleNamespace(target=SimpleNamespace(empty_cache=lambda: None))
     for bump, passes in ((1e-6, True), (0.5, False)):
         model = Routed(bump)
