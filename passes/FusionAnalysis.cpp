@@ -118,13 +118,22 @@ static bool isDataMovement(linalg::LinalgOp op) {
     return false;
   if (generic.getNumReductionLoops() != 0)
     return false;
-  // The body only forwards its input.
+  // The body only forwards its input, or converts it between float types (a bf16 model's
+  // activations widened for a product, or narrowed after it): free where it is read.
   Block &body = generic.getRegion().front();
-  if (body.getOperations().size() != 1)
-    return false;
   auto yield = dyn_cast<linalg::YieldOp>(body.getTerminator());
-  if (!yield || yield.getNumOperands() != 1 ||
-      yield.getOperand(0) != body.getArgument(0))
+  if (!yield || yield.getNumOperands() != 1)
+    return false;
+  Value forwarded = yield.getOperand(0);
+  if (body.getOperations().size() == 2) {
+    Operation *cast = forwarded.getDefiningOp();
+    if (!cast || !isa<arith::ExtFOp, arith::TruncFOp>(cast))
+      return false;
+    forwarded = cast->getOperand(0);
+  } else if (body.getOperations().size() != 1) {
+    return false;
+  }
+  if (forwarded != body.getArgument(0))
     return false;
   // Any input map: transposes, broadcasts, and slices (offset/strided maps) alike.
   return generic.getIndexingMapsArray()[1].isIdentity();

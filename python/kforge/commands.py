@@ -195,8 +195,9 @@ def cmd_run(args) -> int:
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     print(model.describe())
     for i, o in enumerate(outs):
+        dtype = str(o.dtype)[6:]            # as returned, before the float copy for the stats
         o = o.detach().float().cpu()
-        print(f"output {i}: shape {list(o.shape)} dtype {str(o.dtype)[6:]} "
+        print(f"output {i}: shape {list(o.shape)} dtype {dtype} "
               f"mean {o.mean().item():.6g} std {o.std().item() if o.numel() > 1 else 0:.6g}")
     print(f"load {load_s:.2f} s, run {run_s:.2f} s")
     if args.output:

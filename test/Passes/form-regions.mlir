@@ -573,3 +573,51 @@ func.func @products_of_different_inputs(%x: tensor<8x64xf32>, %y: tensor<8x64xf3
   } -> tensor<8x32xf32>
   return %h : tensor<8x32xf32>
 }
+
+// -----
+
+// A bf16 model's Linear, as torch-mlir writes it: the activation widened to f32 for the
+// product, the result narrowed back. The widening of the activation is a cast where it is
+// read, like a transpose: recomputed inside the product's region, not a region of its own
+// (a pass over x that writes it twice as wide). One region, reading x in bf16.
+// CHECK-LABEL: func.func @bf16_linear
+// CHECK-SAME: (%[[X:.*]]: tensor<8x64xbf16>, %[[W:.*]]: tensor<64x32xbf16>)
+// CHECK-NEXT: %[[R:.*]] = kforge.fusion_region "contraction"
+// CHECK-SAME: (%{{.*}} = %[[X]], %{{.*}} = %[[W]]) : (tensor<8x64xbf16>, tensor<64x32xbf16>)
+// CHECK:   arith.extf
+// CHECK:   arith.extf
+// CHECK:   linalg.matmul
+// CHECK:   arith.truncf
+// CHECK:   kforge.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[R]]
+// CHECK-NOT: kforge.fusion_region
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @bf16_linear(%x: tensor<8x64xbf16>, %w: tensor<64x32xbf16>) -> tensor<8x32xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %ex = tensor.empty() : tensor<8x64xf32>
+  %xf = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<8x64xbf16>) outs(%ex : tensor<8x64xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %c = arith.extf %in : bf16 to f32
+    linalg.yield %c : f32
+  } -> tensor<8x64xf32>
+  %ew = tensor.empty() : tensor<64x32xf32>
+  %wf = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<64x32xbf16>) outs(%ew : tensor<64x32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %c = arith.extf %in : bf16 to f32
+    linalg.yield %c : f32
+  } -> tensor<64x32xf32>
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %m = linalg.matmul ins(%xf, %wf : tensor<8x64xf32>, tensor<64x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %eb = tensor.empty() : tensor<8x32xbf16>
+  %t = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%m : tensor<8x32xf32>) outs(%eb : tensor<8x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %c = arith.truncf %in : f32 to bf16
+    linalg.yield %c : bf16
+  } -> tensor<8x32xbf16>
+  return %t : tensor<8x32xbf16>
+}

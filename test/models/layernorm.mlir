@@ -15,7 +15,7 @@
 // CHECK-LABEL: func.func @main
 // CHECK-NEXT: call @kforge_region_
 // CHECK-NEXT: return
-// CHECK: kforge.fused = {{\[}}"extf", "reduce_sum", "div", "sub", "mul", "reduce_sum", "div", "truncf", "reduce_sum", "div", "truncf_addf", "rsqrt", "sub", "mul", "scale", "bias"{{\]}}, kforge.hash = "{{[0-9a-f]+}}", kforge.min_bytes = {{[0-9]+}} : i64, kforge.root_kind = "reduction"
+// CHECK: kforge.fused = {{\[}}"reduce_sum", "div", "sub", "mul", "reduce_sum", "div", "truncf", "reduce_sum", "div", "truncf_addf", "rsqrt", "sub", "mul", "scale", "bias"{{\]}}, kforge.hash = "{{[0-9a-f]+}}", kforge.min_bytes = {{[0-9]+}} : i64, kforge.root_kind = "reduction"
 // CHECK-NOT: func.func private @kforge_region_
 
 // READ: plan main: 3 inputs, 1 steps, 1 outputs

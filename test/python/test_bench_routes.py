@@ -238,3 +238,56 @@ def test_a_workload_is_checkpointed_after_every_route(tmp_path):
     assert any(line.lstrip().startswith("[") and "] eager: " in line and " ms, ok" in line
                for line in lines)
     assert any("] eager[bf16 model]: " in line for line in lines)
+
+
+def test_the_bf16_model_package_runs_beside_and_the_faster_correct_one_is_kforges(tmp_path):
+    """Under bf16 KForge has two packages: the fp32 model under the bf16 policy, and the model
+    cast to bf16 (`bf16-model`, built by kforge.bench.packages from the workload's source with
+    the cast appended: bf16 in and out, as PyTorch's bf16 routes). Both are built and run here
+    for real (cpu target), weights stripped as benchmarks/build_packages.sh leaves them; both
+    are checked against eager fp32; KForge's bf16 result is the faster correct one and the
+    other is kept; the report has a section comparing them."""
+    from kforge.bench import packages
+    from kforge.frontend.regions import compile_half_missing
+    if compile_half_missing():
+        pytest.skip(compile_half_missing())
+    wl = _workload(tmp_path, "lin", LINEAR)
+    pkgs, tmp = tmp_path / "packages", tmp_path / "tmp"
+    tmp.mkdir()
+    records = packages.build_workload(wl, ["bf16", "bf16-model"], pkgs, "cpu", "builtin",
+                                      smoke=True, keep_weights=False, timeout_s=600, extra=[],
+                                      tmp=tmp, skip_existing=False)
+    assert [r["status"] for r in records] == ["ok", "ok"], [r["log_tail"] for r in records]
+    assert records[1]["regions_from"] is None           # its own import, not bf16's regions
+    source = (pkgs / "bf16-model" / "lin" / "model.py").read_text()
+    assert "class Model(_KForgeFp32Model)" in source and "import torch" in source
+    cfg = BenchConfig(target="cpu", precisions=("bf16",), scale="smoke", baselines=("eager",),
+                      packages=pkgs, workdir=tmp_path / "work")
+    res = Runner(cfg, timing.CpuTimer(reps=3), DESIGN_H200, log=lambda m: None).run_one(wl)
+    (pr,) = res.policies
+    (other,) = pr.kforge_variants
+    both = {k.info["model"]: k for k in (pr.kforge, other)}
+    assert set(both) == {"fp32", "bf16"}
+    for k in both.values():
+        assert k.name == "kforge[bf16]" and k.status == "ok", k.reason
+        assert 0 < k.max_abs_err < 5e-2 and k.timing.median_ms > 0
+    assert pr.kforge_model == pr.kforge.info["model"]
+    assert pr.kforge.timing.median_ms <= other.timing.median_ms
+    # bf16 in and out: fewer bytes to move than the fp32 model's activations
+    assert both["bf16"].info["min_bytes"] < both["fp32"].info["min_bytes"]
+    assert pr.speedup_matched == pr.matched_best_ms / pr.kforge.timing.median_ms
+    doc = report.build_document({"hardware": "cpu"}, {"target": "cpu", "precisions": ["bf16"],
+                                                      "scale": "smoke"},
+                                DESIGN_H200.to_json(), [res.to_json()], [])
+    md = report.markdown(json.loads(json.dumps(doc, default=report._json_default)))
+    assert "## bf16: KForge's package of the fp32 model and of the bf16 model" in md
+    assert f"| {pr.kforge_model} |" in md
+
+
+def test_a_workload_variant_has_no_bf16_model_package(tmp_path):
+    from kforge.bench import packages
+    wl = Workload("v.x", _workload(tmp_path, "v", LINEAR).path, env=(("X", "1"),))
+    (rec,) = packages.build_workload(wl, ["bf16-model"], tmp_path / "p", "cpu", "builtin",
+                                     smoke=True, keep_weights=False, timeout_s=60, extra=[],
+                                     tmp=tmp_path, skip_existing=False)
+    assert rec["status"] == "skipped" and "no bf16-model package" in rec["reason"]

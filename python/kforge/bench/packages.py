@@ -3,6 +3,9 @@ compile half (MLIR, torch-mlir), for a target that may be absent here (cross-com
 
 Layout: DIR/<policy>/<workload>/ (one `kforge compile` package each) and, beside each,
 DIR/<policy>/<workload>.build.json (status, compile seconds, command, stripped files).
+The policy `bf16-model` is `bf16` on the model cast to bf16 (`model.bfloat16()`, bf16 inputs
+and outputs): the route of a user who accepts bf16, compiled by KForge. The bench runs it beside
+the bf16 package of the fp32 model.
 Weight files are left out (`--keep-weights` keeps them): on the GPU machine the bench binds each
 package to the live module with `kforge.load(PKG, module)`, so weights need not travel, and the
 folder stays small enough to carry.
@@ -59,6 +62,51 @@ def get_inputs():
 def get_init_inputs():
     return _m.get_init_inputs(scale={scale!r})
 '''
+
+
+# The workload's own source, then this: the model cast to bf16, float inputs cast. Written
+# into the file (not an import of the workload by path) so that the package's model.py is
+# whole on the machine that verifies it.
+_CAST_TAIL = '''
+
+# ---- kforge.bench.packages: the model above cast to bf16 (`model.bfloat16()`), float inputs in
+# ---- bf16: the route of a user who accepts bf16, compiled by KForge
+import torch as _kforge_torch
+
+_KForgeFp32Model = Model
+
+
+class Model(_KForgeFp32Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.to(_kforge_torch.bfloat16)
+
+
+_kforge_fp32_inputs, _kforge_init_inputs = get_inputs, get_init_inputs
+
+
+def get_inputs():
+    return [x.to(_kforge_torch.bfloat16) if isinstance(x, _kforge_torch.Tensor)
+            and x.is_floating_point() else x for x in _kforge_fp32_inputs({scale})]
+
+
+def get_init_inputs():
+    return _kforge_init_inputs({scale})
+'''
+
+CAST_POLICIES = {"bf16-model": "bf16"}     # package folder -> the policy it compiles under
+
+
+def cast_model_file(workload: wl_mod.Workload, smoke: bool, tmp: Path) -> Path:
+    """The file handed to `kforge compile` for `bf16-model`: the workload's source with the
+    cast appended (CAST_TAIL)."""
+    if workload.env:
+        raise ValueError(f"{workload.name}: a workload variant (environment "
+                         f"{dict(workload.env)}) has no bf16-model package")
+    path = tmp / f"{workload.name}.bf16-model.py"
+    path.write_text(workload.path.read_text() + _CAST_TAIL.format(
+        scale="scale='smoke'" if smoke else ""))
+    return path
 
 
 def model_file(workload: wl_mod.Workload, smoke: bool, tmp: Path) -> Path:
@@ -124,12 +172,26 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
             old = json.loads(record_path.read_text())
             if old.get("status") == "ok" and package.is_dir():
                 records.append({**old, "kept": True})
-                first_ok = first_ok or package
+                if policy not in CAST_POLICIES:
+                    first_ok = first_ok or package
                 continue
         if package.exists():
             shutil.rmtree(package)
         package.parent.mkdir(parents=True, exist_ok=True)
-        if first_ok is None:
+        cast = policy in CAST_POLICIES
+        if cast:     # its own model: its own import and regions, shared with no other policy
+            try:
+                source = cast_model_file(workload, smoke, tmp)
+            except ValueError as exc:
+                records.append({"workload": workload.name, "policy": policy,
+                                "status": "skipped", "reason": str(exc), "compile_s": 0.0,
+                                "log_tail": [str(exc)]})
+                continue
+            cmd = [sys.executable, "-m", "kforge.cli", "compile", str(source),
+                   "-o", str(package), "--target", target, "--precision",
+                   CAST_POLICIES[policy], "--provider", provider, *workers, *extra]
+            shared_s = 0.0
+        elif first_ok is None:
             cmd = [sys.executable, "-m", "kforge.cli", "compile", str(model_file(workload, smoke, tmp)),
                    "-o", str(package), "--target", target, "--precision", policy,
                    "--provider", provider, *workers, *extra]
@@ -146,12 +208,12 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
                   "status": "ok" if rc == 0 else "failed", "returncode": rc,
                   # a reused import + regions stage counts in every policy's compile time
                   "compile_s": round(wall + shared_s, 2),
-                  "regions_from": str(first_ok) if first_ok else None,
+                  "regions_from": str(first_ok) if first_ok and not cast else None,
                   "command": " ".join(cmd), "log_tail": log.strip().splitlines()[-15:],
                   "stripped": [] if keep_weights or not package.is_dir() else strip_weights(package)}
         record_path.write_text(json.dumps(record, indent=1) + "\n")
         records.append(record)
-        if rc == 0 and first_ok is None:
+        if rc == 0 and first_ok is None and not cast:
             first_ok = package
     return records
 
@@ -357,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.shard:
         selected = wl_mod.shards(selected, args.shard)
     policies = [x for x in args.precision.split(",") if x]
+    if args.tune and "bf16" in policies and "bf16-model" not in policies \
+            and (args.out / "bf16-model").is_dir():
+        policies.append("bf16-model")      # the bench runs it beside bf16 (kforge.bench.runner)
     if args.tune:
         tune_args = workers + (["--retry-rejected"] if args.retry_rejected else []) + \
             [a for r in args.regenerate for a in ("--regenerate", r)] + \
@@ -373,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                                Path(tmp), args.skip_existing, workers) for w in selected]
         for fut in concurrent.futures.as_completed(futures):
             for rec in fut.result():
-                failed += rec["status"] != "ok"
+                failed += rec["status"] not in ("ok", "skipped")
                 why = "" if rec["status"] == "ok" else "  " + " | ".join(rec["log_tail"][-2:])[:300]
                 state = "kept" if rec.get("kept") else rec["status"]
                 print(f"{rec['policy']:6s} {rec['workload']:42s} {state:6s} {rec['compile_s']:7.1f}s{why}",

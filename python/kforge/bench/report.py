@@ -311,6 +311,8 @@ def markdown(doc: dict) -> str:
             status = k["status"] if k["status"] == "ok" else f"{k['status']}: {k.get('reason', '')[:80]}"
             if k["status"] == "ok" and (k.get("info") or {}).get("within_unscaled_atol") is False:
                 status = "ok (only with atol x RMS)"
+            if p.get("kforge_model") == "bf16":
+                status += " (bf16 model)"
             if p.get("own_run"):
                 status += (f" (earlier run; its faster baseline "
                            f"{_fmt(p['own_run'].get('best_baseline_ms'))} ms)")
@@ -323,7 +325,8 @@ def markdown(doc: dict) -> str:
                 f"{_fmt(k.get('compile_s'), '.1f')} | {_fmt(k.get('max_rel_err'), '.1e')} | "
                 f"{_fmt(p.get('matched_best_ms'))}{' (' + p['matched_best'] + ')' if p.get('matched_best') else ''} | "
                 f"{_fmt(p.get('speedup_matched'), '.2f')} |")
-    lines += llm_section(doc) + matched_section(doc) + contract_section(doc)
+    lines += llm_section(doc) + bf16_models_section(doc) + matched_section(doc) + \
+        contract_section(doc)
     skipped = [(w["name"], b["name"], b["reason"]) for w in doc["workloads"] for b in w.get("baselines", [])
                if b["status"] not in ("ok", "mismatch")]
     if skipped:
@@ -448,6 +451,46 @@ def llm_goals(doc: dict) -> list[tuple[str, str, bool]]:
                          f"{_fmt(ratio, '.2f')}x ({_tokens(ks)} vs {_tokens(tc32)} tokens/s)",
                          ratio is not None and ratio > 1.0))
     return rows
+
+
+def bf16_models_section(doc: dict) -> list[str]:
+    """bf16: KForge's two packages, of the fp32 model and of the model cast to bf16, each
+    against the faster correct matched route where it is correct, and which one was taken."""
+    sides: dict[str, list] = {"fp32": [], "bf16": []}
+    taken = {"fp32": 0, "bf16": 0}
+    rows = []
+    for w in doc["workloads"]:
+        for p in w.get("policies", []):
+            if p["precision"] != "bf16" or not p.get("kforge_model"):
+                continue
+            taken[p["kforge_model"]] += 1
+            best = p.get("matched_best_ms")
+            cells = {}
+            for k in [p["kforge"], *p.get("kforge_variants", [])]:
+                side = (k.get("info") or {}).get("model", "fp32")
+                ms = _ms(k) if k["status"] == "ok" else None
+                if ms and best:
+                    sides[side].append(best / ms)
+                cells[side] = (f"{_fmt(ms)}" if ms else k["status"]) + \
+                    (f" ({best / ms:.2f}x)" if ms and best else "")
+            rows.append(f"| {w['name']} | {cells.get('fp32', '–')} | {cells.get('bf16', '–')} | "
+                        f"{_fmt(best)} | {p['kforge_model']} |")
+    if not rows:
+        return []
+
+    def gm(xs):
+        return f"{math.exp(sum(math.log(x) for x in xs) / len(xs)):.2f}x over {len(xs)}" \
+            if xs else "–"
+    return ["", "## bf16: KForge's package of the fp32 model and of the bf16 model", "",
+            "Under bf16 KForge has two packages: the fp32 model compiled under the bf16 policy "
+            "(fp32 in and out), and the model cast to bf16 (`model.bfloat16()`, bf16 in and out, "
+            "as PyTorch's bf16 routes are timed). Each is checked against eager fp32 at 1e-2; "
+            "KForge's bf16 result is the faster correct one. Ratios are over the faster correct "
+            f"matched route. Geomean where correct: fp32 model {gm(sides['fp32'])}, bf16 model "
+            f"{gm(sides['bf16'])}; taken: fp32 model {taken['fp32']}, bf16 model "
+            f"{taken['bf16']}.", "",
+            "| workload | fp32 model ms | bf16 model ms | matched route ms | taken |",
+            "|---|---:|---:|---:|---|", *rows]
 
 
 def matched_section(doc: dict) -> list[str]:

@@ -82,6 +82,11 @@ class PolicyResult:
     # strict: KForge against a float64 copy of the model, bounded by eager fp32's own error
     # (kforge.verify.contract); None under other policies
     strict_contract: dict | None = None
+    # bf16: KForge's other package for this policy (ContenderResult), the one `kforge` is not.
+    # KForge's bf16 result is the faster correct one of the package of the fp32 model and the
+    # package of the model cast to bf16 (`kforge_model`: "fp32" or "bf16", what `kforge` ran)
+    kforge_variants: list = field(default_factory=list)
+    kforge_model: str | None = None
 
 
 @dataclass
@@ -487,6 +492,11 @@ class Runner:
             # on the H200 gpt-oss prefill's strict package held 23 GiB of graph pool and the
             # bf16 package then ran out of memory)
             self._cleanup()
+            if policy == "bf16" and cfg.packages is not None \
+                    and (cfg.packages / "bf16-model" / wl.name).is_dir():
+                self._progress(pr.kforge)
+                self._bf16_model(wl, model, inputs, checks, pr, res)
+                self._cleanup()
             res.policies.append(pr)
             self._progress(pr.kforge)
             self._matched(pr, model, inputs, checks, res)
@@ -586,6 +596,73 @@ class Runner:
             pr.matched_best, pr.matched_best_ms = best.name, best.timing.median_ms
             if pr.speedup is not None:
                 pr.speedup_matched = best.timing.median_ms / pr.kforge.timing.median_ms
+
+    def _bf16_model(self, wl, model, inputs, checks, pr: PolicyResult, res) -> None:
+        """KForge on the model cast to bf16 (PACKAGES/bf16-model/<workload>, built by
+        kforge.bench.packages): the route of a user who accepts bf16, compiled by KForge. bf16
+        in and out, as PyTorch's bf16 routes are, and checked and timed as they are (inputs
+        cast beforehand). Where it is correct and faster than the bf16 package of the fp32
+        model, it is KForge's bf16 result (`pr.kforge`); the other goes to `kforge_variants`."""
+        import torch
+
+        cfg = self.config
+        # named as the other bf16 package is (the report's columns); `info["model"]` tells them apart
+        route = routes.Route("kforge[bf16]", "bf16", False, "fp32", cast="bf16")
+        pr.kforge_model = pr.kforge_model or "fp32"
+        try:
+            prepared = routes.prepare_model(route, model)
+            timed_inputs = routes.cast_inputs(route, inputs)
+            c = backends.kforge_loaded(cfg.packages / "bf16-model" / wl.name, prepared,
+                                       cfg.target, "bf16", cfg.tune)
+        except backends.ContenderUnavailable as exc:
+            kr = ContenderResult(route.name, exc.status, reason=str(exc))
+            pr.kforge_variants.append(kr)
+            self._progress(kr)
+            return
+        kr = ContenderResult(route.name, "ok", compile_s=c.compile_s,
+                             info={**c.info, "model": "bf16",
+                                   "route": "KForge's package of the model cast to bf16 "
+                                   "(model.bfloat16()), inputs cast to bf16"})
+        try:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = c.fn(*timed_inputs)
+            self.target.synchronize()
+            kr.info["first_call_s"] = time.perf_counter() - t0
+            kr.compile_s = (kr.compile_s or 0.0) + kr.info["first_call_s"]
+            min_bytes = roofline.min_bytes(prepared, timed_inputs, out, "bf16")
+            del out
+            chk = self._check(routes.RouteFn(route, c.fn, self.device), checks, pr.atol, pr.rtol)
+            kr.max_abs_err, kr.max_rel_err, kr.allclose = chk.max_abs, chk.max_rel, chk.allclose
+            if not chk.ok:
+                kr.status = "mismatch"
+                kr.reason = (f"outside atol={pr.atol:g} x max(1, RMS(ref)), rtol={pr.rtol:g} vs "
+                             f"eager fp32 (max abs err {chk.max_abs:.3g}, rel L2 err "
+                             f"{chk.max_rel:.3g}{_outside_text(chk)})")
+                if chk.rows:
+                    kr.info["rows_outside"] = [chk.rows_outside, chk.rows]
+            kr.timing = self._time(c.fn, timed_inputs)
+            kr.info["run_as"] = _run_as(c.fn)
+            kr.info["where"] = _where(c.fn, timed_inputs)
+            floor = roofline.floor_ms(res.flops, min_bytes, self.peaks, "bf16")
+            kr.info.update(min_bytes=min_bytes, floor_ms=floor,
+                           roofline_fraction=floor / kr.timing.median_ms)
+        except Exception as exc:
+            kr.status, kr.reason = "failed", f"{type(exc).__name__}: {exc}"[:500]
+        self._progress(kr)
+        cur = pr.kforge
+        cur.info.setdefault("model", "fp32")
+        cur.info.setdefault("min_bytes", pr.min_bytes)
+        if kr.status == "ok" and (cur.status != "ok" or cur.timing is None
+                                  or kr.timing.median_ms < cur.timing.median_ms):
+            pr.kforge_variants.append(cur)
+            pr.kforge, pr.kforge_model = kr, "bf16"
+            pr.min_bytes, pr.floor_ms = kr.info["min_bytes"], kr.info["floor_ms"]
+            pr.roofline_fraction = kr.info["roofline_fraction"]
+            pr.speedup = (res.best_baseline_ms / kr.timing.median_ms
+                          if res.best_baseline_ms else None)
+        else:
+            pr.kforge_variants.append(kr)
 
     def _cold_compile_record(self) -> dict:
         if self.config.compile_times is None or self._current is None:

@@ -73,6 +73,9 @@ class Target:
     warp_size: int = 1                  # threads per warp (NVIDIA) / sub-group (Intel)
     archs: dict = {}                    # name -> Arch; the first is the default
     bf16_dot_ok: bool = True            # False where bf16 tl.dot gives wrong results
+    # False where bf16 arithmetic and comparisons give wrong results (the interpreter holds
+    # bf16 as uint16): bf16 values are then held as fp32 rounded to bf16
+    bf16_math_ok: bool = True
     math_imports: str = ""              # import lines the math spellings below need
     extra_math: dict = {}               # op -> format string, beyond CORE_MATH
     # op -> a faster, less exact spelling for fp32 values, used under the bf16 policy

@@ -34,6 +34,7 @@ class CpuTarget(Target):
                                  Peaks(fp32=1e11, tf32=1e11, bf16=1e11, bytes_per_s=2e10),
                                  shared_bytes=1 << 30, source="nominal")}
     bf16_dot_ok = False
+    bf16_math_ok = False
     extra_math = _FORMULAS
 
     def dot_input_precisions(self, policy: str):

@@ -109,6 +109,16 @@ def literal(x) -> str:
     return repr(x)
 
 
+def is_float(dtype: str) -> bool:
+    """An MLIR float element type (f16, bf16, f32, f64)."""
+    return dtype in ("f16", "bf16", "f32", "f64")
+
+
+# ops whose bf16 result is one of their bf16 operands (or its negation): exact, no rounding
+_EXACT_BF16 = ("arith.select", "arith.negf", "arith.maximumf", "arith.minimumf",
+               "arith.maxnumf", "arith.minnumf", "math.absf")
+
+
 @dataclass
 class Val:
     """An emitted value: Triton code (a variable name or a literal), the kernel variables it
@@ -403,6 +413,8 @@ class Emitter:
             addr = self.address(ptr, ix.add(offset, ix.const(s * plane)), over, wide)
             loads.append(f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})")
         code = " + ".join(loads)
+        if t.dtype == "bf16" and not self.target.bf16_math_ok:
+            code = f"({code}).to(tl.float32)"   # bf16 values held as fp32 (Target.bf16_math_ok)
         val = self.define(scope, deps, code, t.dtype, stem="x")
         val.zero_masked = True
         return val
@@ -493,6 +505,16 @@ class Emitter:
                 return Val(literal(v), frozenset(), s.type, literal=v)
             if args[0].dtype == s.type:
                 return args[0]
+            if not self.target.bf16_math_ok and "bf16" in (s.type, args[0].dtype) \
+                    and is_float(s.type) and is_float(args[0].dtype):
+                # bf16 values are held as fp32 rounded to bf16: widening is free, narrowing
+                # rounds to nearest even as the GPU's conversion does
+                if s.type != "bf16" and args[0].dtype == "bf16" and s.type in ("f32", "f64"):
+                    return Val(args[0].code, args[0].deps, s.type, literal=args[0].literal)
+                if s.type == "bf16":
+                    self.combiners_used[BF16_RNE] = None
+                    src = a[0] if args[0].dtype == "f32" else f"{a[0]}.to(tl.float32)"
+                    return self.define(scope, deps, f"{BF16_RNE}({src})", s.type, comment)
             code = f"{a[0]}.to({TL_DTYPES[s.type]})"
         elif s.op == "arith.bitcast":
             code = f"{a[0]}.to({TL_DTYPES[s.type]}, bitcast=True)"
@@ -521,6 +543,10 @@ class Emitter:
             if "libdevice" in fmt:
                 self.math_used = True
             code = fmt.format(*a)
+        if s.type == "bf16" and not self.target.bf16_math_ok and s.op not in _EXACT_BF16:
+            # bf16 arithmetic on fp32-held values: round each result as bf16 arithmetic would
+            self.combiners_used[BF16_RNE] = None
+            code = f"{BF16_RNE}({code})"
         return self.define(scope, deps, code, s.type, comment)
 
     @staticmethod
@@ -564,8 +590,10 @@ class Emitter:
         if comb is None or comb[0] not in REDUCERS:
             raise CannotGenerate(f"{op.name}: reduction combiner not supported")
         dtype = self.spec.tensor(op.results[j]).dtype
-        if not dtype.startswith("f"):
+        if not is_float(dtype):
             raise CannotGenerate(f"{op.name}: integer reductions are not supported")
+        # 16-bit reductions accumulate in fp32 (as PyTorch's do) and round once at the end
+        acc_dtype = "f32" if dtype in ("bf16", "f16") else dtype
         red = op.reduction_dims
         extent = math.prod(sizes[d] for d in red)
         if extent != cols.extent:
@@ -587,13 +615,16 @@ class Emitter:
             fcode = f.code
             if cols.var not in f.deps:
                 fcode = f"tl.broadcast_to({fcode}, {cols.tile})"
+            if acc_dtype != dtype:
+                fcode = f"{fcode}.to(tl.float32)"
             if col_mask:
                 fcode = f"tl.where({col_mask}, {fcode}, {literal(neutral)})"
-            r = self.define(root, f.deps - {cols.var}, f"tl.reduce({fcode}, 1, {reducer}, "
-                            f"keep_dims=True)", dtype, f"{op.name} ({comb[0]})", stem="r")
+            r = self.define(root, f.deps - {cols.var}, self.narrowed(
+                f"tl.reduce({fcode}, 1, {reducer}, keep_dims=True)", dtype),
+                dtype, f"{op.name} ({comb[0]})", stem="r")
         else:
             acc = self.fresh("acc")
-            root.emit(f"{acc} = tl.full({cols.tile}, {literal(neutral)}, {TL_DTYPES[dtype]})")
+            root.emit(f"{acc} = tl.full({cols.tile}, {literal(neutral)}, {TL_DTYPES[acc_dtype]})")
             loop = Scope(root, binds={cols.var}, depth=root.depth + 1,
                          header=f"for c0 in range(0, {cols.extent}, {cols.block}):")
             loop.emit(f"{cols.var} = c0 + tl.arange(0, {cols.block})[None, :]")
@@ -601,13 +632,24 @@ class Emitter:
             f = self.body_value(op, p, comb[1], loop)
             loop.emit(f"{acc} = tl.where({col_mask}, {combine.format(acc, f.code)}, {acc})")
             loop.close()
-            r = self.define(root, f.deps - {cols.var}, f"tl.reduce({acc}, 1, {reducer}, "
-                            "keep_dims=True)", dtype, f"{op.name} ({comb[0]})", stem="r")
+            r = self.define(root, f.deps - {cols.var}, self.narrowed(
+                f"tl.reduce({acc}, 1, {reducer}, keep_dims=True)", dtype),
+                dtype, f"{op.name} ({comb[0]})", stem="r")
         init_name = op.inits[j]
         init_const = self.init_constant(init_name)
         if init_const is not None and (init_const == neutral or (
                 math.isinf(neutral) and init_const == neutral)):
             return r
         init = self.value(init_name, index, scope)
-        return self.define(scope, r.deps | init.deps, combine.format(init.code, r.code), dtype,
-                           "combine with the initial value")
+        return self.define(scope, r.deps | init.deps, self.narrowed(
+            combine.format(init.code, r.code), dtype), dtype, "combine with the initial value")
+
+    def narrowed(self, code: str, dtype: str) -> str:
+        """`code`, an fp32 result, as a value of the 16-bit type `dtype` (fp32 rounded to bf16
+        where the target holds bf16 values as fp32); other types unchanged."""
+        if dtype not in ("bf16", "f16"):
+            return code
+        if dtype == "bf16" and not self.target.bf16_math_ok:
+            self.combiners_used[BF16_RNE] = None
+            return f"{BF16_RNE}({code})"
+        return f"({code}).to({TL_DTYPES[dtype]})"
