@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -82,6 +83,10 @@ def compile_model(model, pkg: str | os.PathLike, options, *, cache: KernelCache 
     doc["coverage"] = model_coverage(pkg, options.target, example_inputs=example_inputs,
                                      model_path=model_path)
     doc["stages"]["coverage"] = round(time.monotonic() - t, 3)
+    if doc["coverage"].get("run_error"):
+        print(f"warning: the package's run on the example inputs failed: "
+              f"{doc['coverage']['run_error']} (the package is kept; `kforge run "
+              f"{pkg} --reference-only` runs it without kernels)", file=sys.stderr)
     atomic_write_text(pkg / "report.json", json.dumps(doc, indent=2))
     atomic_write_text(pkg / "report.md", report_markdown(doc))
     return doc
@@ -107,7 +112,14 @@ def model_coverage(pkg: Path, target: str, *, example_inputs=None, model_path=No
             from kforge.runtime import load_package
             compiled = load_package(pkg, target=target, tune=False)
             # on a GPU the first run compiles the kernels; the interpreter compiles nothing
-            profile = profile_plan(compiled, inputs, repeats=1 if target == "cpu" else 2)
+            try:
+                profile = profile_plan(compiled, inputs, repeats=1 if target == "cpu" else 2)
+            except Exception as exc:  # noqa: BLE001 - reported; the package stays as built
+                # a kernel that passed its region's checks and fails on the model's own
+                # tensors (their addresses, their weights as loaded): said, not a traceback
+                out = merge_profile(cov, None)
+                out["run_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                return out
     return merge_profile(cov, profile)
 
 

@@ -156,12 +156,16 @@ def get_init_inputs():
 '''
 
 
-def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path):
+def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path, monkeypatch):
     """`model.bfloat16()` compiled under bf16 on the cpu target: every region on a verified
     kernel, bf16 in and out. The interpreter holds bf16 as uint16 (its comparisons and sums of
     bf16 are wrong: a ReLU kept negatives), so the CPU target's kernels hold bf16 values as
     fp32 rounded to bf16; the activation's widening for the product is read inside the
-    product's region, not a pass of its own."""
+    product's region, not a pass of its own. With the persistent TMA kernel (asked for: the
+    interpreter runs it only then) the descriptors read the bf16 activation and weight where
+    they lie, with no cast pass, and a tensor at an address TMA cannot take (not 16-byte
+    aligned: a view at an odd offset, a weight mapped from its file) is copied first."""
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     src = tmp_path / "bf16_model.py"
     src.write_text(BF16_MODEL)
     pkg = tmp_path / "pkg"
@@ -176,6 +180,31 @@ def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path
     assert [a["dtype"] for a in spec["args"] if a["weight"] is None] == ["bf16"]   # x, unwidened
     sources = [p.read_text() for p in (pkg / "kernels").rglob("kernel.py")]
     assert sources and all("_bf16_rne(" in s for s in sources)
+    (source,) = sources
+    assert "a_desc = tl.make_tensor_descriptor(arg0," in source and "_cast_a(" not in source
+    align = subprocess.run(
+        [sys.executable, "-c", "import sys, importlib.util, torch\n"
+         "spec = importlib.util.spec_from_file_location('k', sys.argv[1])\n"
+         "k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)\n"
+         "g = torch.Generator().manual_seed(0)\n"
+         "x = torch.randn(16, 32, generator=g).bfloat16()\n"
+         "w = {1: torch.randn(64, generator=g).bfloat16(),\n"
+         "     2: (torch.randn(64, 32, generator=g) / 6).bfloat16(),\n"
+         "     3: torch.rand(64, generator=g).bfloat16() + 0.5}\n"
+         "def odd(t):   # the same values at an address 2 bytes past a 16-byte boundary\n"
+         "    buf = torch.empty(t.numel() + 1, dtype=t.dtype)[1:]\n"
+         "    return buf.view(t.shape).copy_(t)\n"
+         "assert odd(x).data_ptr() % 16 and odd(x).is_contiguous()\n"
+         "ref = k.launch(x, *[k.prepare_weights(w)[i] for i in (1, 2, 3)])[0]\n"
+         "got = k.launch(odd(x), *[k.prepare_weights({i: odd(t) for i, t in w.items()})[i]\n"
+         "                         for i in (1, 2, 3)])[0]\n"
+         "assert torch.equal(got, ref)\n"
+         "print('ALIGNED OK')", str(next((pkg / "kernels").rglob("kernel.py")))],
+        env=dict(os.environ, TRITON_INTERPRET="1",
+                 PYTHONPATH=os.pathsep.join([str(REPO / "python"),
+                                             os.environ.get("PYTHONPATH", "")])),
+        capture_output=True, text=True, timeout=600)
+    assert align.returncode == 0 and "ALIGNED OK" in align.stdout, align.stderr[-3000:]
     proc = kforge("run", pkg, "--check", cache=tmp_path / "cache")
     assert "dtype bfloat16" in proc.stdout and "): OK" in proc.stdout, proc.stdout
     check = subprocess.run(

@@ -270,9 +270,11 @@ def row_index(shape, rows: int, cols: int):
     return None
 
 
-def weight_source(spec: KernelSpec, name: str) -> str | None:
+def weight_source(spec: KernelSpec, name: str, widened: bool = False) -> str | None:
     """The weight argument `name` only moves (reshape, transpose, broadcast copy), when that
-    argument is read nowhere else in the region: prepare_weights may then re-store it."""
+    argument is read nowhere else in the region: prepare_weights may then re-store it.
+    `widened`: also a bf16 weight that `name` widens to f32 on the way (a bf16 model's Linear:
+    torch-mlir widens the weight for the product), for kernels that read it as bf16."""
     seen = name
     while True:
         op = spec.producer(seen)
@@ -281,12 +283,18 @@ def weight_source(spec: KernelSpec, name: str) -> str | None:
         if isinstance(op, GenericOp) and not op.reduction_dims and op.num_inputs == 1 \
                 and op.body.yields[0] == op.body.args[0]:
             seen = op.operands[0]
+        elif widened and isinstance(op, GenericOp) and not op.reduction_dims \
+                and op.num_inputs == 1 and len(op.body.stmts) == 1 \
+                and op.body.stmts[0].op == "arith.extf" \
+                and op.body.stmts[0].operands[0] == op.body.args[0] \
+                and op.body.yields[0] == op.body.stmts[0].id:
+            seen = op.operands[0]
         elif op.op == "reshape":
             seen = op.operands[0]
         else:
             return None
     arg = next((a for a in spec.args if a.name == seen), None)
-    if arg is None or not arg.weight or arg.dtype != "f32":
+    if arg is None or not arg.weight or arg.dtype not in (("f32", "bf16") if widened else ("f32",)):
         return None
     if len(spec.users(seen)) != 1 or seen in spec.results:
         return None

@@ -61,6 +61,8 @@ class Builder:
         self.precision = precision
         self.kernels: list[Kernel] = []
         self.temporaries: dict[str, str] = {}       # value -> allocation expression
+        # region arguments a TMA descriptor reads (16-byte aligned bases: host.assemble)
+        self.descriptor_args: set[str] = set()
         self.split_sums: dict[str, int] = {}
         self.dot_loads: dict[str, set] = {}
         self.split_weights: set[str] = set()         # weights stored as tf32 hi/lo planes

@@ -14,8 +14,8 @@ from kforge.providers.builtin.builder import Builder, COL, ROW, ops_comment, sto
 from kforge.providers.builtin.emitter import (BF16_RNE, TL_DTYPES, WIDE_OFFSETS, CannotGenerate,
                                               ColumnSpace, Emitter, KVar, Scope, Val, compose,
                                               domain_sizes)
-from kforge.providers.builtin.schemes import (FP16X1, FP16X3, FP16_SCHEMES, tf32_scheme,
-                                              tma_eligible)
+from kforge.providers.builtin.schemes import (FP16X1, FP16X3, FP16_SCHEMES, bf16_a_source,
+                                              tf32_scheme, tma_eligible)
 from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 
 
@@ -438,7 +438,8 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
         raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16, fp16x1, fp16x3 or "
                              "tf32 products of a K-major weight with K % 8 == 0, without "
                              "split-K")
-    weight = weight_source(spec, op.operands[con.b])
+    bf16_ops = b.precision == "bf16" and not scheme
+    weight = weight_source(spec, op.operands[con.b], widened=bf16_ops)
     # bf16: the cast pass's copy; fp16x1 / fp16x3: the split's planes ([hi, lo]: rows M..2M-1
     # of the descriptor hold lo; a hi tile past M reads lo rows into output rows past M, which
     # are not stored)
@@ -447,6 +448,8 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     tf32 = b.precision == "tf32" and scheme == tf32_scheme(target)
     if tf32:                            # A itself, fp32, where it lies
         a16 = op.operands[con.a]
+    elif bf16_ops and bf16_a_source(spec, con):     # a bf16 model's activation, where it lies
+        a16 = bf16_a_source(spec, con)
     # the epilogue in column slices of EPI_N (epi_slices of them), as tma2's: the epilogue's
     # values are [BLOCK_M, EPI_N] at a time, beside the accumulator (sm_90 cross-compile of
     # the suite's 43 TMA GEMM regions under tf32, 42 at 128x256x64: whole-tile epilogues took
@@ -489,7 +492,8 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
                                                                    contraction=partner),
                             scheme):
             raise CannotGenerate(f"{partner.op.name}: the partner's weight does not fit TMA")
-        weight_p = weight_source(spec, partner.op.operands[partner.b])
+        weight_p = weight_source(spec, partner.op.operands[partner.b], widened=bf16_ops)
+    b.descriptor_args.update({a16, weight, weight_p} & {a.name for a in spec.args})
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
              "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", epi_n))}
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None

@@ -164,16 +164,22 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
             if a.weight and a.dtype == "f32" and (b.dot_loads.get(a.name) == {"dot"}
                                                   or a.name in partners):
                 prepared.append(i)
+    # weights a TMA descriptor reads as they are (a bf16 model's): stored 16-byte aligned once
+    # (a tensor mapped from a weights file may start at any even address)
+    aligned = [i for i, a in enumerate(spec.args) if a.weight and a.name in b.descriptor_args
+               and i not in prepared and a.dtype != "f32"]
     split = [i for i, a in enumerate(spec.args) if a.name in b.split_weights]
     fp16 = {i: b.fp16_weights[a.name] for i, a in enumerate(spec.args)
             if a.name in b.fp16_weights}
     prep = None
     if fp16:
         prep = FP16_PREPARE_WEIGHTS.replace("FP16_WEIGHTS", repr(fp16))
-    elif prepared:
+    elif prepared or aligned:
         prep = ("def prepare_weights(weights):\n"
-                "    # weights read only as matrix operands are cast to bf16 once, at load\n"
-                f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else w)"
+                "    # weights read only as matrix operands are cast to bf16 once, at load;\n"
+                "    # those a TMA descriptor reads as they are, 16-byte aligned\n"
+                f"    return {{i: (w.to(torch.bfloat16) if i in {tuple(prepared)!r} else "
+                f"w.clone() if i in {tuple(aligned)!r} and w.data_ptr() % 16 else w)"
                 " for i, w in weights.items()}\n")
     elif split:
         prep = TF32_PREPARE_WEIGHTS.replace("TF32_WEIGHTS", repr(tuple(split)))
@@ -194,6 +200,11 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
     lines.append(f"    for t in ({', '.join(args)}{',' if len(args) == 1 else ''}):")
     lines.append("        if not t.is_contiguous():")
     lines.append(f'            raise ValueError("{spec.name}: arguments must be contiguous")')
+    for a in spec.args:
+        if a.name in b.descriptor_args and not a.weight:
+            # TMA needs a 16-byte aligned base: an activation viewed at an odd offset is copied
+            lines.append(f"    if {a.name}.data_ptr() % 16:")
+            lines.append(f"        {a.name} = {a.name}.clone()")
     # a region without operands (a mask from index ranges) computes on the target's device
     lines.append(f"    device = {args[0]}.device" if args else f"    device = {b.target.device!r}")
     results = set(shape.outputs) | {o for st in shape.stages for o in st.outputs}

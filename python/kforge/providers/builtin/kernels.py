@@ -18,9 +18,9 @@ from kforge.providers.builtin.gemm import (build_cast_pass, build_gemm, build_sp
                                            gemm_outputs_on_tile)
 from kforge.providers.builtin.host import assemble
 from kforge.providers.builtin.rows import build_elementwise, build_rows
-from kforge.providers.builtin.schemes import (FP16X3, FP16_SCHEMES, fp16x3_eligible,
-                                              gemm_input_precisions, stage_configs,
-                                              tma_configs)
+from kforge.providers.builtin.schemes import (FP16X3, FP16_SCHEMES, bf16_a_source,
+                                              fp16x3_eligible, gemm_input_precisions,
+                                              stage_configs, tma_configs)
 from kforge.spec import KernelSpec
 
 
@@ -108,9 +108,10 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         for side in sides:
             build_split_pass(b, stage, side, f"{vc}_{side}16", f"{vc}_{side}s",
                              f"{stem}_split_{side}", lo=scheme == FP16X3)
-    if config.get("TMA") and config.get("input_precision") is None:
+    if config.get("TMA") and config.get("input_precision") is None \
+            and bf16_a_source(spec, con) is None:
         # the TMA kernel's A: a bf16 [M, K] copy that a descriptor can read (fp16x1 reads the
-        # split pass's fp16 plane)
+        # split pass's fp16 plane; a bf16 model's activation is read where it lies)
         a16 = f"{vc}_a16"
         if share_a:
             b.temporaries[a16] = f"{share_a}_a16   # the partner's bf16 copy of this A"

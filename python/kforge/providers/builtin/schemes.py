@@ -45,13 +45,71 @@ def fp16x3_eligible(spec: KernelSpec, stage: RegionShape) -> bool:
                          op.results[0]))
 
 
+def widened_from(spec: KernelSpec, name: str, depth: int = 0) -> str | None:
+    """The 16-bit type (bf16, f16) that the tensor `name` holds exactly: it is an `arith.extf`
+    of such a tensor, through copies, transposes and reshapes (a bf16 model's Linear reads its
+    activation and weight so: torch-mlir widens both to f32 for the product). None otherwise."""
+    from kforge.spec import GenericOp, ReshapeOp
+    dtype = spec.tensor(name).dtype
+    if dtype in ("bf16", "f16"):
+        return dtype
+    op = spec.producer(name)
+    if depth > 8 or op is None:
+        return None
+    if isinstance(op, ReshapeOp):
+        return widened_from(spec, op.operands[0], depth + 1)
+    if not isinstance(op, GenericOp) or op.reduction_dims or op.num_inputs != 1 \
+            or len(op.results) != 1:
+        return None
+    body = op.body
+    y = body.yields[0]
+    if y == body.args[0]:
+        return widened_from(spec, op.operands[0], depth + 1)
+    st = body.stmt(y)
+    if st is None or st.op != "arith.extf" or st.operands[0] != body.args[0] \
+            or len(body.stmts) != 1:
+        return None
+    return widened_from(spec, op.operands[0], depth + 1)
+
+
+def bf16_a_source(spec: KernelSpec, con: Contraction) -> str | None:
+    """The bf16 region argument [M, K] that the product's A widens as it lies (a bf16 model's
+    activation): a descriptor reads it with no cast pass. None otherwise."""
+    from kforge.spec import GenericOp
+    name = con.op.operands[con.a]
+    op = spec.producer(name)
+    if not isinstance(op, GenericOp) or op.reduction_dims or op.num_inputs != 1 \
+            or len(op.body.stmts) != 1 or op.body.stmts[0].op != "arith.extf" \
+            or op.body.yields[0] != op.body.stmts[0].id \
+            or any(m.result_dims() != tuple(range(m.num_dims)) for m in op.indexing_maps):
+        return None
+    src = op.operands[0]
+    arg = next((a for a in spec.args if a.name == src), None)
+    if arg is None or arg.dtype != "bf16":
+        return None
+    results = con.op.indexing_maps[con.a].results
+    ok = len(con.m) == 1 and len(con.k) == 1 and len(results) == 2 \
+        and all(isinstance(r, AffineDim) for r in results) \
+        and [r.d for r in results] == [con.m[0], con.k[0]] \
+        and tuple(spec.tensor(src).shape) == (con.extent(con.m), con.extent(con.k))
+    return src if ok else None
+
+
+def exact_in_bf16(spec: KernelSpec, stage: RegionShape) -> bool:
+    """Both operands of the stage's product are widened bf16 values: bf16 operands are then
+    the operands themselves, and no finer scheme (or split pass) is more accurate."""
+    op = stage.contraction.op
+    return all(widened_from(spec, op.operands[i]) == "bf16"
+               for i in (stage.contraction.a, stage.contraction.b))
+
+
 def gemm_input_precisions(spec: KernelSpec, target, precision: str,
                           stage: RegionShape) -> tuple:
     """The contraction schemes to try under `precision`, best first: the target's list, with
     fp16x3 first on GPUs (measured fastest strict scheme) and last in the interpreter (tested,
     not timed); under bf16 and tf32, fp16x1 first on GPUs wherever its pass pays."""
     schemes = tuple(target.dot_input_precisions(precision))
-    if precision == "bf16" and fp16x3_eligible(spec, stage):
+    if precision == "bf16" and fp16x3_eligible(spec, stage) and not exact_in_bf16(spec, stage):
         # for products whose bf16-rounded operands miss the 1e-2 tolerance: first fp16x1 (the
         # bf16 rate, 8x finer rounding), last fp32 operands at the tf32 policy's precision
         # (the interpreter: ieee)
@@ -267,7 +325,7 @@ def tma_eligible(spec: KernelSpec, target, precision: str, stage: RegionShape,
         return False            # both planes (and the exponents after them) in int32 offsets
     if tf32 and not (spec.tensor(op.operands[con.a]).dtype == "f32" and _a_as_it_lies(spec, con)):
         return False            # tf32 reads A by TMA where it lies: no pass to compute it
-    weight = weight_source(spec, op.operands[con.b])
+    weight = weight_source(spec, op.operands[con.b], widened=precision == "bf16" and not scheme)
     if weight is None or tuple(spec.tensor(weight).shape) != (N, K):
         return False
     return _weight_read_index(spec, target, con, weight) == (ix.IVar("rn"), ix.IVar("kb"))
