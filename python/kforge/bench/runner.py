@@ -492,13 +492,12 @@ class Runner:
             # on the H200 gpt-oss prefill's strict package held 23 GiB of graph pool and the
             # bf16 package then ran out of memory)
             self._cleanup()
-            if policy == "bf16" and cfg.packages is not None \
-                    and (cfg.packages / "bf16-model" / wl.name).is_dir():
-                self._progress(pr.kforge)
-                self._bf16_model(wl, model, inputs, checks, pr, res)
-                self._cleanup()
             res.policies.append(pr)
             self._progress(pr.kforge)
+            if policy == "bf16" and cfg.packages is not None \
+                    and (cfg.packages / "bf16-model" / wl.name).is_dir():
+                self._bf16_model(wl, model, inputs, checks, pr, res)   # logs its own line
+                self._cleanup()
             self._matched(pr, model, inputs, checks, res)
             _set_tokens_per_s(res)
             self.log("    " + _one_line(pr, res))
