@@ -87,12 +87,7 @@ def bf16_a_source(spec: KernelSpec, con: Contraction) -> str | None:
     arg = next((a for a in spec.args if a.name == src), None)
     if arg is None or arg.dtype != "bf16":
         return None
-    results = con.op.indexing_maps[con.a].results
-    ok = len(con.m) == 1 and len(con.k) == 1 and len(results) == 2 \
-        and all(isinstance(r, AffineDim) for r in results) \
-        and [r.d for r in results] == [con.m[0], con.k[0]] \
-        and tuple(spec.tensor(src).shape) == (con.extent(con.m), con.extent(con.k))
-    return src if ok else None
+    return src if _read_as_it_lies(spec, con, src) else None
 
 
 def exact_in_bf16(spec: KernelSpec, stage: RegionShape) -> bool:
@@ -342,6 +337,11 @@ def _a_as_it_lies(spec: KernelSpec, con: Contraction) -> bool:
     name = con.op.operands[con.a]
     if spec.producer(name) is not None or not any(a.name == name for a in spec.args):
         return False
+    return _read_as_it_lies(spec, con, name)
+
+
+def _read_as_it_lies(spec: KernelSpec, con: Contraction, name: str) -> bool:
+    """The product reads A at [m, k] and `name` (A, or what A is elementwise of) is [M, K]."""
     results = con.op.indexing_maps[con.a].results
     return len(con.m) == 1 and len(con.k) == 1 and len(results) == 2 \
         and all(isinstance(r, AffineDim) for r in results) \
