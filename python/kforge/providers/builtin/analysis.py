@@ -270,6 +270,15 @@ def row_index(shape, rows: int, cols: int):
     return None
 
 
+def is_widening(op) -> bool:
+    """`op` is an elementwise generic whose body only widens its one input (`arith.extf`): a
+    bf16 model's activation or weight as torch-mlir reads it into an f32 product."""
+    return isinstance(op, GenericOp) and not op.reduction_dims and op.num_inputs == 1 \
+        and len(op.body.stmts) == 1 and op.body.stmts[0].op == "arith.extf" \
+        and op.body.stmts[0].operands[0] == op.body.args[0] \
+        and op.body.yields[0] == op.body.stmts[0].id
+
+
 def weight_source(spec: KernelSpec, name: str, widened: bool = False) -> str | None:
     """The weight argument `name` only moves (reshape, transpose, broadcast copy), when that
     argument is read nowhere else in the region: prepare_weights may then re-store it.
@@ -283,11 +292,7 @@ def weight_source(spec: KernelSpec, name: str, widened: bool = False) -> str | N
         if isinstance(op, GenericOp) and not op.reduction_dims and op.num_inputs == 1 \
                 and op.body.yields[0] == op.body.args[0]:
             seen = op.operands[0]
-        elif widened and isinstance(op, GenericOp) and not op.reduction_dims \
-                and op.num_inputs == 1 and len(op.body.stmts) == 1 \
-                and op.body.stmts[0].op == "arith.extf" \
-                and op.body.stmts[0].operands[0] == op.body.args[0] \
-                and op.body.yields[0] == op.body.stmts[0].id:
+        elif widened and is_widening(op):
             seen = op.operands[0]
         elif op.op == "reshape":
             seen = op.operands[0]

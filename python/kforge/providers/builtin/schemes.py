@@ -8,9 +8,10 @@ import math
 import os
 
 from kforge.providers.builtin import indexing as ix
-from kforge.providers.builtin.analysis import Contraction, RegionShape, problem_of, weight_source
+from kforge.providers.builtin.analysis import (Contraction, RegionShape, is_widening, problem_of,
+                                               weight_source)
 from kforge.providers.builtin.emitter import WIDE_OFFSETS, CannotGenerate, Emitter, KVar, Scope
-from kforge.spec import AffineDim, KernelSpec
+from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 
 
 # x = s * (hi + lo) with hi = fp16(x / s), lo = fp16(x / s - hi) and s a power of two per row of
@@ -49,38 +50,25 @@ def widened_from(spec: KernelSpec, name: str, depth: int = 0) -> str | None:
     """The 16-bit type (bf16, f16) that the tensor `name` holds exactly: it is an `arith.extf`
     of such a tensor, through copies, transposes and reshapes (a bf16 model's Linear reads its
     activation and weight so: torch-mlir widens both to f32 for the product). None otherwise."""
-    from kforge.spec import GenericOp, ReshapeOp
     dtype = spec.tensor(name).dtype
     if dtype in ("bf16", "f16"):
         return dtype
     op = spec.producer(name)
     if depth > 8 or op is None:
         return None
-    if isinstance(op, ReshapeOp):
+    if isinstance(op, ReshapeOp) or is_widening(op):
         return widened_from(spec, op.operands[0], depth + 1)
-    if not isinstance(op, GenericOp) or op.reduction_dims or op.num_inputs != 1 \
-            or len(op.results) != 1:
-        return None
-    body = op.body
-    y = body.yields[0]
-    if y == body.args[0]:
-        return widened_from(spec, op.operands[0], depth + 1)
-    st = body.stmt(y)
-    if st is None or st.op != "arith.extf" or st.operands[0] != body.args[0] \
-            or len(body.stmts) != 1:
-        return None
-    return widened_from(spec, op.operands[0], depth + 1)
+    if isinstance(op, GenericOp) and not op.reduction_dims and op.num_inputs == 1 \
+            and len(op.results) == 1 and op.body.yields[0] == op.body.args[0]:
+        return widened_from(spec, op.operands[0], depth + 1)      # a copy or transpose
+    return None
 
 
 def bf16_a_source(spec: KernelSpec, con: Contraction) -> str | None:
     """The bf16 region argument [M, K] that the product's A widens as it lies (a bf16 model's
     activation): a descriptor reads it with no cast pass. None otherwise."""
-    from kforge.spec import GenericOp
-    name = con.op.operands[con.a]
-    op = spec.producer(name)
-    if not isinstance(op, GenericOp) or op.reduction_dims or op.num_inputs != 1 \
-            or len(op.body.stmts) != 1 or op.body.stmts[0].op != "arith.extf" \
-            or op.body.yields[0] != op.body.stmts[0].id \
+    op = spec.producer(con.op.operands[con.a])
+    if not is_widening(op) \
             or any(m.result_dims() != tuple(range(m.num_dims)) for m in op.indexing_maps):
         return None
     src = op.operands[0]
