@@ -702,14 +702,16 @@ static bool readSameInput(Operation *a, Operation *b) {
 void FusionCandidateAnalysis::mergeSiblingContractions() {
   for (unsigned from = 0; from < work.size(); ++from) {
     Group &source = work[from];
-    // One contraction, and reshapes of its result.
+    // One contraction, and reshapes or float casts of its result (a bf16 model's product is
+    // narrowed to bf16 after it).
     Operation *contraction = nullptr;
     bool lone = !source.ops.empty();
     for (Operation *op : source.ops) {
       if (role(op) == FusionRole::Anchor && getKind(op) == LinalgOpKind::Contraction &&
           !contraction && op->getNumResults() == 1)
         contraction = op;
-      else if (role(op) != FusionRole::Reshape)
+      else if (role(op) != FusionRole::Reshape &&
+               !(isa<linalg::LinalgOp>(op) && isDataMovement(cast<linalg::LinalgOp>(op))))
         lone = false;
     }
     if (!lone || !contraction)

@@ -621,3 +621,59 @@ func.func @bf16_linear(%x: tensor<8x64xbf16>, %w: tensor<64x32xbf16>) -> tensor<
   } -> tensor<8x32xbf16>
   return %t : tensor<8x32xbf16>
 }
+
+// -----
+
+// A bf16 model's gated MLP as torch-mlir writes a bias-free Linear: bf16 operands, an f32
+// accumulator, the product narrowed to bf16 after it. The up projection's group is its
+// product and that cast: still sibling products of one x, one region (before, the cast kept
+// the up projection a region of its own, written to memory for the gate's region).
+// CHECK-LABEL: func.func @gated_bf16
+// CHECK: %[[R:.*]] = kforge.fusion_region "contraction"
+// CHECK-SAME: fused = ["matmul", "truncf", "sigmoid", "matmul", "truncf", "mul"]
+// CHECK-COUNT-2: linalg.matmul
+// CHECK: kforge.yield
+// CHECK-NOT: kforge.fusion_region
+// CHECK: return %[[R]]
+// NOSIB-LABEL: func.func @gated_bf16
+// NOSIB: %[[UP:.*]] = kforge.fusion_region "contraction"
+// NOSIB-SAME: fused = ["matmul", "truncf"]
+// NOSIB: kforge.fusion_region "contraction" ({{.*}}%[[UP]]{{.*}})
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @gated_bf16(%x: tensor<4x8xbf16>, %w1: tensor<8x16xbf16>, %w3: tensor<8x16xbf16>) -> tensor<4x16xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : bf16
+  %e = tensor.empty() : tensor<4x16xf32>
+  %eb = tensor.empty() : tensor<4x16xbf16>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %g = linalg.matmul ins(%x, %w1 : tensor<4x8xbf16>, tensor<8x16xbf16>) outs(%f : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %gb = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%g : tensor<4x16xf32>) outs(%eb : tensor<4x16xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x16xbf16>
+  %silu = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%gb : tensor<4x16xbf16>) outs(%eb : tensor<4x16xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %n = arith.negf %in : bf16
+    %ex = math.exp %n : bf16
+    %d = arith.addf %ex, %one : bf16
+    %s = arith.divf %in, %d : bf16
+    linalg.yield %s : bf16
+  } -> tensor<4x16xbf16>
+  %u = linalg.matmul ins(%x, %w3 : tensor<4x8xbf16>, tensor<8x16xbf16>) outs(%f : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %ub = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%u : tensor<4x16xf32>) outs(%eb : tensor<4x16xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x16xbf16>
+  %p = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%silu, %ub : tensor<4x16xbf16>, tensor<4x16xbf16>) outs(%eb : tensor<4x16xbf16>) {
+  ^bb0(%a: bf16, %b: bf16, %out: bf16):
+    %y = arith.mulf %a, %b : bf16
+    linalg.yield %y : bf16
+  } -> tensor<4x16xbf16>
+  return %p : tensor<4x16xbf16>
+}

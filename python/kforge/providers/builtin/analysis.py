@@ -179,15 +179,16 @@ def analyze_region(spec: KernelSpec, cut: int = FUSED) -> RegionShape:
 
 def siblings(spec: KernelSpec, c1: Contraction, c2: Contraction) -> bool:
     """Two products of one A (the same tensor, read by the same map) with the same sizes and
-    maps, no batch, each B a weight of its own: one pass over A serves both."""
+    maps, no batch, each B a weight of its own (f32, or a bf16 model's bf16): one pass over A
+    serves both."""
     o1, o2 = c1.op, c2.op
     return (not c1.batch and not c2.batch and c1.sizes == c2.sizes
             and (c1.a, c1.b, c1.m, c1.n, c1.k) == (c2.a, c2.b, c2.m, c2.n, c2.k)
             and o1.operands[c1.a] == o2.operands[c2.a]
             and o1.indexing_maps == o2.indexing_maps
             and len(o1.body.stmts) == len(o2.body.stmts)
-            and weight_source(spec, o1.operands[c1.b]) is not None
-            and weight_source(spec, o2.operands[c2.b]) is not None
+            and weight_source(spec, o1.operands[c1.b], widened=True) is not None
+            and weight_source(spec, o2.operands[c2.b], widened=True) is not None
             and spec.tensor(o1.results[0]).dtype == spec.tensor(o2.results[0]).dtype)
 
 

@@ -66,12 +66,15 @@ def widened_from(spec: KernelSpec, name: str, depth: int = 0) -> str | None:
 
 def bf16_a_source(spec: KernelSpec, con: Contraction) -> str | None:
     """The bf16 region argument [M, K] that the product's A widens as it lies (a bf16 model's
-    activation): a descriptor reads it with no cast pass. None otherwise."""
-    op = spec.producer(con.op.operands[con.a])
-    if not is_widening(op) \
-            or any(m.result_dims() != tuple(range(m.num_dims)) for m in op.indexing_maps):
-        return None
-    src = op.operands[0]
+    activation, or a bf16 argument that the product's body widens itself): a descriptor reads
+    it with no cast pass. None otherwise."""
+    src = con.op.operands[con.a]
+    op = spec.producer(src)
+    if op is not None:
+        if not is_widening(op) \
+                or any(m.result_dims() != tuple(range(m.num_dims)) for m in op.indexing_maps):
+            return None
+        src = op.operands[0]
     arg = next((a for a in spec.args if a.name == src), None)
     if arg is None or arg.dtype != "bf16":
         return None
