@@ -252,6 +252,7 @@ _BINARY = {
     "arith.xori": torch.bitwise_xor, "math.powf": torch.pow, "math.fpowi": torch.pow,
     "math.atan2": torch.atan2,
 }
+_NARROW = (torch.bfloat16, torch.float16)
 _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
           "arith.fptoui", "arith.index_cast", "arith.index_castui", "arith.extsi",
           "arith.extui", "arith.trunci")
@@ -338,6 +339,13 @@ def _eval_body(body: Body, env: dict, types: _Types, device, wanted: Sequence[st
             r = _cmpf(s.predicate, *args)
         elif op == "arith.cmpi":
             r = _cmpi(s.predicate, *args)
+        elif op == "arith.truncf" and types.float_dtype is None and dt in _NARROW \
+                and getattr(body.stmt(s.operands[0]), "op", None) == "arith.constant":
+            # a Python scalar in a 16-bit model (`x * 2.98`): torch-mlir narrows the constant,
+            # eager PyTorch multiplies in fp32 by the scalar unrounded and rounds the product
+            # once; a 0-dim fp32 tensor does the same here (the result stays bf16)
+            r = args[0].to(torch.float32)
+            dt = None
         elif op in _CASTS:
             r = args[0].to(dt)
         elif op == "arith.bitcast":

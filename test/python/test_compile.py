@@ -227,6 +227,61 @@ def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path
     assert check.returncode == 0 and "BF16 OK" in check.stdout, check.stderr[-3000:]
 
 
+BF16_CANCEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A bf16 model whose own arithmetic is far from the exact result: two products rounded
+    to bf16, then their difference (each rounding is up to 0.4 % of a product 150 times the
+    difference)."""
+
+    def forward(self, x):
+        return x * 3.0 - x * 2.98
+
+
+def get_inputs():
+    return [torch.randn(64, 128).bfloat16()]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_bf16_model_is_judged_by_its_own_arithmetic(tmp_path):
+    """The bf16 model's roundings are its arithmetic: its eager result is 0.079 from the
+    float64 one on the verifier's wide inputs, beyond the bf16 tolerance. A kernel that does
+    the model's arithmetic verifies (an element within the policy's tolerance of the exact
+    result or of the model's own arithmetic), and its report gives the error against float64.
+    Before, no kernel could verify such a region (it ran on the reference), and the folded
+    constant 2.98 (bf16: 2.984375) was multiplied unrounded, a bf16 ulp off eager."""
+    import torch
+    src = tmp_path / "cancel.py"
+    src.write_text(BF16_CANCEL)
+    pkg = tmp_path / "pkg"
+    kforge("compile", src, "-o", pkg, "--target", "cpu", "--precision", "bf16", "--rounds", "0",
+           cache=tmp_path / "cache")
+    report = json.loads((pkg / "report.json").read_text())
+    (region,) = report["regions"]
+    assert region["status"] == "verified", region.get("message")
+    assert region["verification"]["max_abs_err"] > 2e-2        # against float64, as it is
+    check = subprocess.run(
+        [sys.executable, "-c", "import sys, torch, kforge\n"
+         "from kforge.runtime import load_model_file\n"
+         "model, _ = load_model_file(sys.argv[1])\n"
+         "x = torch.randn(64, 128, generator=torch.Generator().manual_seed(3)).bfloat16() * 2\n"
+         "out = kforge.load(sys.argv[2], model, target='cpu')(x)\n"
+         "assert torch.equal(out, model(x)), (out.float() - model(x).float()).abs().max()\n"
+         "print('EAGER BITS OK')", str(src), str(pkg)],
+        env=dict(os.environ, KFORGE_CACHE=str(tmp_path / "cache"), TRITON_INTERPRET="1",
+                 PYTHONPATH=os.pathsep.join([str(REPO / "python"),
+                                             os.environ.get("PYTHONPATH", "")])),
+        capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0 and "EAGER BITS OK" in check.stdout, check.stderr[-3000:]
+
+
 BF16_SWIGLU = '''
 import torch
 import torch.nn as nn
