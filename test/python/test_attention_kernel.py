@@ -263,6 +263,20 @@ def test_bf16_policy_rounds_operands():
     assert (out_bf.double() - ref).abs().max() > 1e-4
 
 
+def test_bf16_outputs_round_to_nearest_in_the_interpreter():
+    """bf16 q, k, v with fp32 ("ieee") dots: every output element is the exact result rounded
+    to the nearest bf16, up to the fp32 arithmetic before it. The interpreter's own fp32 to bf16
+    conversion truncates (a bf16 Mixtral's attention, strict before the router, was a bf16 ulp
+    off on one element and fell back to the reference); a GPU's rounds to nearest even."""
+    q, k, v = _inputs(1, 2, 2, 33, 41, 64, dtype="bf16", seed=11)
+    out, ref = _run(q, k, v, causal=True, dtype="bf16", dot_precision="ieee", tol=1e-2)
+    half_ulp = ref.abs() * 2.0 ** -8          # bf16's spacing is at most 2^-7 |x|
+    err = (out.double() - ref).abs()
+    nearest = (out.double() - ref.bfloat16().double()).abs()
+    assert (nearest == 0).float().mean() > 0.99, float((nearest == 0).float().mean())
+    assert bool((err <= half_ulp * 1.01 + 1e-6).all()), float((err / half_ulp).max())
+
+
 def test_fp16x3_scheme_keeps_the_scores_fp32_grade():
     """dot_precision="fp16x3": q@k^T as three fp16 products of hi/lo splits, one fp16 p@v.
     bf16-rounded scores miss 1e-2 already at unit scale and grow with the scores' spread; with

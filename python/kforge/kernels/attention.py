@@ -472,6 +472,11 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2, KS, VS,
         out = out * vs[None, :]
     o_ptrs = O + (b64 * stride_ob + head64 * stride_oh + row64 * stride_om)[:, None] \\
         + offs_dv[None, :] * stride_od
+    if INTERP and O.dtype.element_ty == tl.bfloat16:
+        # the interpreter truncates fp32 to bf16 (measured: -1.35029 stored as -1.34375, a
+        # bf16 ulp from the nearest); a GPU's conversion rounds to nearest even: so here
+        u = out.to(tl.int32, bitcast=True)
+        out = ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
 '''
 
