@@ -146,19 +146,23 @@ get_init_inputs = _zoo.get_init_inputs
 '''
 
 
-def test_zoo_llama_in_bf16_compiles_to_verified_kernels_and_matches_its_eager(
-        tmp_path, kforge_opt, monkeypatch):
-    """The Llama a user brings: its weights in bf16, compiled under bf16. Every region's kernel
+@pytest.mark.parametrize("name", ["llama"])
+def test_zoo_llm_in_bf16_compiles_to_verified_kernels_and_matches_its_eager(
+        name, tmp_path, kforge_opt, monkeypatch):
+    """The LLM a user brings: its weights in bf16, compiled under bf16. Every region's kernel
     verifies (the RoPE projections too: a kernel is judged against the model's own bf16
     arithmetic as well as float64, since the model's roundings are its own), the gate and up
-    projections are one region (sibling products, the up projection's cast to bf16 with
-    it), the output is bf16, and it matches the bf16 model's eager output."""
+    projections are one region (sibling products, the up projection's cast to bf16 with it),
+    the output is bf16, and it matches the bf16 model's eager output. (Not Mixtral here: its
+    bf16 package verifies every region, but a one-ulp difference in the attention output, as
+    close to float64 as eager's, moved a router choice on these inputs: 0.04 from eager at the
+    logits, where the package with eager's attention was 0.004.)"""
     from kforge.build import compile_model
     from kforge.runtime import eager_outputs, load_model_file, load_package
     from kforge.synth import SynthOptions
     monkeypatch.setenv("KFORGE_ZOO_SIZE", "small")
-    path = tmp_path / "llama_bf16.py"
-    path.write_text(BF16_WRAPPER.format(zoo=str(ZOO), name="llama"))
+    path = tmp_path / f"{name}_bf16.py"
+    path.write_text(BF16_WRAPPER.format(zoo=str(ZOO), name=name))
     pkg = tmp_path / "pkg"
     doc = compile_model(path, pkg, SynthOptions(target="cpu", precision="bf16", rounds=0))
     regions = [r for r in doc["regions"] if r.get("root_kind") != "fallback"]
@@ -173,6 +177,6 @@ def test_zoo_llama_in_bf16_compiles_to_verified_kernels_and_matches_its_eager(
     want = eager_outputs(compiled.package, inputs)
     assert got.dtype == torch.bfloat16 and want.dtype == torch.bfloat16
     scale = max(1.0, float(want.double().pow(2).mean().sqrt()))
-    # (measured here: 0.0043 at an RMS scale of 1)
+    # (measured here: Llama 0.0043 at an RMS scale of 1)
     assert torch.allclose(got.double(), want.double(), atol=1e-2 * scale, rtol=1e-2), \
         float((got.double() - want.double()).abs().max())
