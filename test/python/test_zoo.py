@@ -154,9 +154,10 @@ def test_zoo_llm_in_bf16_compiles_to_verified_kernels_and_matches_its_eager(
     arithmetic as well as float64, since the model's roundings are its own), the gate and up
     projections are one region (sibling products, the up projection's cast to bf16 with it),
     the output is bf16, and it matches the bf16 model's eager output. (Not Mixtral here: its
-    bf16 package verifies every region, but a one-ulp difference in the attention output, as
-    close to float64 as eager's, moved a router choice on these inputs: 0.04 from eager at the
-    logits, where the package with eager's attention was 0.004.)"""
+    bf16 package verifies every region, but is 0.04 from eager at the logits on these inputs,
+    where the package with the attention on the reference was 0.004; the attention kernel is as
+    close to float64 as eager's bf16 SDPA, differing from it by one bf16 ulp in places. A router
+    choice moved by that is the likely cause, not confirmed.)"""
     from kforge.build import compile_model
     from kforge.runtime import eager_outputs, load_model_file, load_package
     from kforge.synth import SynthOptions
