@@ -210,21 +210,27 @@ def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path
     assert align.returncode == 0 and "ALIGNED OK" in align.stdout, align.stderr[-3000:]
     proc = kforge("run", pkg, "--check", cache=tmp_path / "cache")
     assert "dtype bfloat16" in proc.stdout and "): OK" in proc.stdout, proc.stdout
-    check = subprocess.run(
+    _beside_eager(src, pkg, tmp_path / "cache", "BF16 OK",
+                  "model, inputs = load_model_file(sys.argv[1])\n"
+                  "out = kforge.load(sys.argv[2], model, target='cpu')(*inputs)\n"
+                  "ref = model(*inputs)\n"
+                  "assert out.dtype == torch.bfloat16, out.dtype\n"
+                  "err = (out.float() - ref.float()).abs().max().item()\n"
+                  "assert err <= 2e-2 * ref.float().abs().max().item(), err\n")
+
+
+def _beside_eager(src, pkg, cache, ok: str, body: str) -> None:
+    """Run `body` in a fresh interpreter (sys.argv: the model file, the package; torch,
+    kforge and load_model_file imported), the Triton interpreter on: it must print `ok`."""
+    proc = subprocess.run(
         [sys.executable, "-c", "import sys, torch, kforge\n"
-         "from kforge.runtime import load_model_file\n"
-         "model, inputs = load_model_file(sys.argv[1])\n"
-         "out = kforge.load(sys.argv[2], model, target='cpu')(*inputs)\n"
-         "ref = model(*inputs)\n"
-         "assert out.dtype == torch.bfloat16, out.dtype\n"
-         "err = (out.float() - ref.float()).abs().max().item()\n"
-         "assert err <= 2e-2 * ref.float().abs().max().item(), err\n"
-         "print('BF16 OK', err)", str(src), str(pkg)],
-        env=dict(os.environ, KFORGE_CACHE=str(tmp_path / "cache"), TRITON_INTERPRET="1",
+         "from kforge.runtime import load_model_file\n" + body + f"print({ok!r})",
+         str(src), str(pkg)],
+        env=dict(os.environ, KFORGE_CACHE=str(cache), TRITON_INTERPRET="1",
                  PYTHONPATH=os.pathsep.join([str(REPO / "python"),
                                              os.environ.get("PYTHONPATH", "")])),
         capture_output=True, text=True, timeout=600)
-    assert check.returncode == 0 and "BF16 OK" in check.stdout, check.stderr[-3000:]
+    assert proc.returncode == 0 and ok in proc.stdout, proc.stderr[-3000:]
 
 
 BF16_CANCEL = '''
@@ -255,9 +261,9 @@ def test_a_bf16_model_is_judged_by_its_own_arithmetic(tmp_path):
     float64 one on the verifier's wide inputs, beyond the bf16 tolerance. A kernel that does
     the model's arithmetic verifies (an element within the policy's tolerance of the exact
     result or of the model's own arithmetic), and its report gives the error against float64.
-    Before, no kernel could verify such a region (it ran on the reference), and the folded
-    constant 2.98 (bf16: 2.984375) was multiplied unrounded, a bf16 ulp off eager."""
-    import torch
+    Before, no kernel could verify such a region (it ran on the reference). The model's own
+    arithmetic multiplies by the Python scalar 2.98 unrounded, as eager does (torch-mlir
+    narrows it to bf16, 2.984375): the package gives eager's bits."""
     src = tmp_path / "cancel.py"
     src.write_text(BF16_CANCEL)
     pkg = tmp_path / "pkg"
@@ -267,19 +273,12 @@ def test_a_bf16_model_is_judged_by_its_own_arithmetic(tmp_path):
     (region,) = report["regions"]
     assert region["status"] == "verified", region.get("message")
     assert region["verification"]["max_abs_err"] > 2e-2        # against float64, as it is
-    check = subprocess.run(
-        [sys.executable, "-c", "import sys, torch, kforge\n"
-         "from kforge.runtime import load_model_file\n"
-         "model, _ = load_model_file(sys.argv[1])\n"
-         "x = torch.randn(64, 128, generator=torch.Generator().manual_seed(3)).bfloat16() * 2\n"
-         "out = kforge.load(sys.argv[2], model, target='cpu')(x)\n"
-         "assert torch.equal(out, model(x)), (out.float() - model(x).float()).abs().max()\n"
-         "print('EAGER BITS OK')", str(src), str(pkg)],
-        env=dict(os.environ, KFORGE_CACHE=str(tmp_path / "cache"), TRITON_INTERPRET="1",
-                 PYTHONPATH=os.pathsep.join([str(REPO / "python"),
-                                             os.environ.get("PYTHONPATH", "")])),
-        capture_output=True, text=True, timeout=600)
-    assert check.returncode == 0 and "EAGER BITS OK" in check.stdout, check.stderr[-3000:]
+    _beside_eager(src, pkg, tmp_path / "cache", "EAGER BITS OK",
+                  "model, _ = load_model_file(sys.argv[1])\n"
+                  "g = torch.Generator().manual_seed(3)\n"
+                  "x = torch.randn(64, 128, generator=g).bfloat16() * 2\n"
+                  "out = kforge.load(sys.argv[2], model, target='cpu')(x)\n"
+                  "assert torch.equal(out, model(x)), (out.float() - model(x).float()).abs().max()\n")
 
 
 BF16_SWIGLU = '''
