@@ -355,13 +355,18 @@ def _moe_down3(HP, SH, W2P, B2, WEIGHT, SORTED, COUNTS, OFFSETS, Y, E, NPAIRS, H
 
 
 @triton.jit
-def _moe_combine(Y, OUT, HID, sot, soh, K: tl.constexpr, BLOCK_C: tl.constexpr):
+def _moe_combine(Y, OUT, HID, sot, soh, K: tl.constexpr, BLOCK_C: tl.constexpr,
+                 INTERP: tl.constexpr):
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ok = cols < HID
     acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
     for k in range(K):
         acc += tl.load(Y + (t.to(tl.int64) * K + k) * HID + cols, mask=ok, other=0.0)
+    if INTERP and OUT.dtype.element_ty == tl.bfloat16:
+        # the interpreter truncates fp32 to bf16; a GPU rounds to nearest even: so here
+        u = acc.to(tl.int32, bitcast=True)
+        acc = ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
     tl.store(OUT + t.to(tl.int64) * sot + cols * soh, acc.to(OUT.dtype.element_ty), mask=ok)
 '''
 
@@ -484,7 +489,7 @@ def launch(x, index, weight, w1, b1, w2, b2):
             num_stages=NUM_STAGES)
     out = torch.empty((T, HID), dtype=x.dtype, device=dev)
     _moe_combine[(T, triton.cdiv(HID, BLOCK_C))](y, out, HID, out.stride(0), out.stride(1),
-                                                 K=TOP_K, BLOCK_C=BLOCK_C)
+                                                 K=TOP_K, BLOCK_C=BLOCK_C, INTERP=INTERPRET)
     return (out,)
 '''
 
