@@ -94,6 +94,8 @@ from __future__ import annotations
 import math
 import textwrap
 
+from kforge.kernels import BF16_RNE_SOURCE
+
 # Any head dim from 1 to MAX_HEAD_DIM is taken, padded to a power of two of at least 16 (a dot's
 # side) with masked loads; HEAD_DIMS are the widths the configuration lists were cross-compiled
 # at for sm_90 (a width between two of them compiles like the next one up: its padded tile).
@@ -114,7 +116,8 @@ MASK_KINDS = {None: 0, "bool": 1, "additive": 2}
 MASKED_ROWS = ("zero", "nan")
 LOG2E = 1.4426950408889634
 
-# a @ b for every precision scheme; the MoE kernels use it too (kforge.kernels.moe)
+# a @ b for every precision scheme, and the interpreter's bf16 rounding (BF16_RNE_SOURCE); the
+# MoE kernels use them too (kforge.kernels.moe)
 MMA_SOURCE = '''
 @triton.jit
 def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
@@ -126,7 +129,9 @@ def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
     else:
         c = tl.dot(a, b, input_precision=PREC)
     return c
-'''
+
+
+''' + BF16_RNE_SOURCE
 
 _KERNEL = MMA_SOURCE + '''
 
@@ -473,10 +478,7 @@ def _attn_fwd(Q, K, V, O, M, S, K2, V2, KS, VS,
     o_ptrs = O + (b64 * stride_ob + head64 * stride_oh + row64 * stride_om)[:, None] \\
         + offs_dv[None, :] * stride_od
     if INTERP and O.dtype.element_ty == tl.bfloat16:
-        # the interpreter truncates fp32 to bf16 (measured: -1.35029 stored as -1.34375, a
-        # bf16 ulp from the nearest); a GPU's conversion rounds to nearest even: so here
-        u = out.to(tl.int32, bitcast=True)
-        out = ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+        out = _bf16_rne(out)          # the interpreter truncates to bf16; a GPU rounds
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
 '''
 

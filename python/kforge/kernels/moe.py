@@ -364,9 +364,7 @@ def _moe_combine(Y, OUT, HID, sot, soh, K: tl.constexpr, BLOCK_C: tl.constexpr,
     for k in range(K):
         acc += tl.load(Y + (t.to(tl.int64) * K + k) * HID + cols, mask=ok, other=0.0)
     if INTERP and OUT.dtype.element_ty == tl.bfloat16:
-        # the interpreter truncates fp32 to bf16; a GPU rounds to nearest even: so here
-        u = acc.to(tl.int32, bitcast=True)
-        acc = ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+        acc = _bf16_rne(acc)          # the interpreter truncates to bf16; a GPU rounds
     tl.store(OUT + t.to(tl.int64) * sot + cols * soh, acc.to(OUT.dtype.element_ty), mask=ok)
 '''
 

@@ -232,7 +232,7 @@ class _Check:
     # the unit-scale checks of a reduced-precision policy)
     tol_scale: float = 1.0
     # the alternative's tolerance as a multiple of the check's (a 16-bit model's own
-    # arithmetic: the policy's whole tolerance on every check, MODEL_ARITHMETIC below)
+    # arithmetic: the policy's whole tolerance on every check, narrows_itself below)
     alt_scale: float = 1.0
     # strict: per result, PyTorch's own fp32 error against the reference on these inputs (the
     # bound of kforge.verify.contract; None for results it does not apply to); () elsewhere

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from kforge.kernels import BF16_RNE_SOURCE
 from kforge.providers.builtin import indexing as ix
 from kforge.reference import _domain_sizes, recognize_combiner
 from kforge.spec import (AffineBinary, AffineConst, AffineDim, AffineExpr, ConstantOp, EmptyOp,
@@ -75,10 +76,7 @@ REDUCERS = {"arith.addf": ("_sum", 0.0, "({0} + {1})"),
 # the CPU target's bf16 products. Triton's interpreter (3.9) truncates `.to(tl.bfloat16)`, which
 # biased its bf16 products and rejected kernels on the CPU that the GPU would verify.
 BF16_RNE = "_bf16_rne"
-_HELPERS = {BF16_RNE: "@triton.jit\ndef _bf16_rne(x):\n"
-                      "    u = x.to(tl.float32).to(tl.int32, bitcast=True)\n"
-                      "    return ((u + 0x7FFF + ((u >> 16) & 1)) & -65536).to(tl.float32, "
-                      "bitcast=True)\n",
+_HELPERS = {BF16_RNE: BF16_RNE_SOURCE,
             # the bf16 policy's fast math on NVIDIA GPUs (CudaTarget.fast_math): one MUFU
             # instruction each, in place of libdevice's tanhf / log1pf (tens of instructions)
             "_fast_tanh": "@triton.jit\ndef _fast_tanh(x):\n"
