@@ -166,15 +166,7 @@ def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path
     they lie, with no cast pass, and a tensor at an address TMA cannot take (not 16-byte
     aligned: a view at an odd offset, a weight mapped from its file) is copied first."""
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
-    src = tmp_path / "bf16_model.py"
-    src.write_text(BF16_MODEL)
-    pkg = tmp_path / "pkg"
-    # --rounds 0: the first verified candidate (the TMA kernel, first where it is offered);
-    # optimization rounds would keep the faster of it and the pointer kernel by the
-    # interpreter's clock, which differs from one loaded machine to another
-    kforge("compile", src, "-o", pkg, "--target", "cpu", "--precision", "bf16", "--rounds", "0",
-           cache=tmp_path / "cache")
-    report = json.loads((pkg / "report.json").read_text())
+    src, pkg, report = _compile_bf16_on_cpu(tmp_path, "bf16_model.py", BF16_MODEL)
     assert report["regions"] and all(r["status"] == "verified" for r in report["regions"]), \
         [(r["hash"], r["status"], r.get("message")) for r in report["regions"]]
     gemm = [r for r in report["regions"] if "matmul" in r["fused"]]
@@ -217,6 +209,20 @@ def test_a_bf16_model_compiles_to_verified_kernels_with_bf16_in_and_out(tmp_path
                   "assert out.dtype == torch.bfloat16, out.dtype\n"
                   "err = (out.float() - ref.float()).abs().max().item()\n"
                   "assert err <= 2e-2 * ref.float().abs().max().item(), err\n")
+
+
+def _compile_bf16_on_cpu(tmp_path, name: str, text: str):
+    """`text` as the model file `name`, compiled under bf16 for the cpu target into
+    tmp_path/pkg: (model file, package, its report). --rounds 0: the first verified candidate
+    (the TMA kernel, first where KFORGE_BUILTIN_TMA offers it); optimization rounds would keep
+    the faster kernel by the interpreter's clock, which differs from one loaded machine to
+    another."""
+    src = tmp_path / name
+    src.write_text(text)
+    pkg = tmp_path / "pkg"
+    kforge("compile", src, "-o", pkg, "--target", "cpu", "--precision", "bf16", "--rounds", "0",
+           cache=tmp_path / "cache")
+    return src, pkg, json.loads((pkg / "report.json").read_text())
 
 
 def _beside_eager(src, pkg, cache, ok: str, body: str) -> None:
@@ -264,12 +270,7 @@ def test_a_bf16_model_is_judged_by_its_own_arithmetic(tmp_path):
     Before, no kernel could verify such a region (it ran on the reference). The model's own
     arithmetic multiplies by the Python scalar 2.98 unrounded, as eager does (torch-mlir
     narrows it to bf16, 2.984375): the package gives eager's bits."""
-    src = tmp_path / "cancel.py"
-    src.write_text(BF16_CANCEL)
-    pkg = tmp_path / "pkg"
-    kforge("compile", src, "-o", pkg, "--target", "cpu", "--precision", "bf16", "--rounds", "0",
-           cache=tmp_path / "cache")
-    report = json.loads((pkg / "report.json").read_text())
+    src, pkg, report = _compile_bf16_on_cpu(tmp_path, "cancel.py", BF16_CANCEL)
     (region,) = report["regions"]
     assert region["status"] == "verified", region.get("message")
     assert region["verification"]["max_abs_err"] > 2e-2        # against float64, as it is
@@ -322,12 +323,8 @@ def test_a_bf16_gated_mlp_pairs_its_products_and_reads_x_where_it_lies(tmp_path,
     against the float64 reference under bf16, and run against the bf16 model's eager output."""
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     monkeypatch.setenv("KFORGE_BUILTIN_PAIRED", "1")
-    src = tmp_path / "swiglu_bf16.py"
-    src.write_text(BF16_SWIGLU.format(M=24, K=32, N=64))
-    pkg = tmp_path / "pkg"
-    kforge("compile", src, "-o", pkg, "--target", "cpu", "--precision", "bf16", "--rounds", "0",
-           cache=tmp_path / "cache")
-    report = json.loads((pkg / "report.json").read_text())
+    _, pkg, report = _compile_bf16_on_cpu(tmp_path, "swiglu_bf16.py",
+                                            BF16_SWIGLU.format(M=24, K=32, N=64))
     regions = report["regions"]
     assert all(r["status"] == "verified" for r in regions), \
         [(r["hash"], r["status"], r.get("message")) for r in regions]
