@@ -28,6 +28,7 @@ from kforge.package import Package, entry_config, open_package
 from kforge.selection import (above_floor, meets, raised_regions, region_precision,
                               scheme_floors, selection_feeders)
 from kforge.tune import pending_candidates, tune_package
+from kforge.verify.interpreter import drop_overflow_checks
 
 
 def use_interpreter(enabled: bool) -> None:
@@ -52,6 +53,8 @@ def load_kernel_module(path: Path, target: str):
     use_interpreter(target == "cpu")
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    if target == "cpu":
+        drop_overflow_checks()          # as on a GPU (kforge.verify.interpreter)
     return module
 
 

@@ -32,6 +32,16 @@ if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
 
 
+@pytest.fixture(autouse=True)
+def _interpreter_as_kforge_runs_it():
+    """Kernels a test launches itself run in the interpreter as KForge's own runs do: without
+    its integer-overflow assertions (kforge.verify.interpreter; a no-op until triton is
+    imported)."""
+    from kforge.verify.interpreter import drop_overflow_checks
+    drop_overflow_checks()
+    yield
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

@@ -89,9 +89,10 @@ class _ImportBlocker(importlib.abc.MetaPathFinder):
         return None
 
 
-def _load_inputs_module():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inputs.py")
-    spec = importlib.util.spec_from_file_location("_kforge_sandbox_inputs", path)
+def _load_sibling(name: str):
+    """kforge/verify/<name>.py, loaded by path (the worker imports nothing of kforge)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_kforge_sandbox_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -264,7 +265,8 @@ def main() -> int:
     write_json("progress.json", {"stage": "starting"})
     import torch
     import triton  # noqa: F401  (TRITON_INTERPRET is set by the parent for the cpu target)
-    inputs_mod = _load_inputs_module()
+    inputs_mod = _load_sibling("inputs")
+    _load_sibling("interpreter").drop_overflow_checks()     # the cpu target: as on a GPU
     _warm_up(torch, early_device)
     ready_at = time.time()
     write_json("progress.json", {"stage": "waiting"})
