@@ -382,7 +382,12 @@ class _RegionLoop:
                 continue
             empty = 0
             fb = []
-            for cand, rec in zip(cands, self.verify_round(cands, measure=self.available)):
+            # timed where the device is here; in the interpreter (cpu) only where a time
+            # decides something: a pick among several candidates, or optimization rounds next
+            # (an interpreter's time says nothing of the kernel's; timing it was 4 more runs)
+            measure = self.available and (self.tname != "cpu" or self.opt.rounds > 0
+                                          or len(cands) > 1)
+            for cand, rec in zip(cands, self.verify_round(cands, measure=measure)):
                 fb.append(self.feedback(cand, rec))
                 if rec.status in ("verified", "candidate") and (
                         self.best_record is None or (rec.time_ms or 0) < (
