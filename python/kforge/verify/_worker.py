@@ -257,9 +257,11 @@ def _end_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="kforge-parent-watch", daemon=True).start()
 
 
-def main() -> int:
-    # the verifier's process (its pid from the sandbox: it may be gone before we could ask)
-    parent = int(os.environ.get("KFORGE_VERIFY_PARENT") or os.getppid())
+def main(parent: int | None = None) -> int:
+    # the verifier's process (its pid from the sandbox: it may be gone before we could ask);
+    # forked by a zygote (zygote()), the zygote, which ends with the verifier
+    if parent is None:
+        parent = int(os.environ.get("KFORGE_VERIFY_PARENT") or os.getppid())
     _end_with_parent(parent)
     early_device = sys.argv[2] if len(sys.argv) > 2 else ""
     write_json("progress.json", {"stage": "starting"})
@@ -467,5 +469,96 @@ def main() -> int:
     return 0
 
 
+def zygote() -> int:
+    """`python _worker.py --zygote` (kforge.verify.sandbox, the cpu target): imports torch,
+    Triton and the sandbox's own modules once, then forks one worker per request. A request is
+    one JSON line on stdin, {"job_dir", "memory_mb", "env"}; the answer, one line on stdout,
+    {"pid"}. The worker is what `python _worker.py JOB_DIR` would be, less its 1.5-2 s of
+    imports: its own session and limits, its output to JOB_DIR/stderr.txt, the request's
+    environment. When a worker ends, its exit status (as subprocess gives it: -N for signal N)
+    goes to JOB_DIR/exit_status. The zygote ends when its stdin closes (the verifier is gone);
+    its workers then end too (_end_with_parent). No torch op runs here before a fork: a thread
+    pool started here would not survive it."""
+    import resource
+    import select
+    import signal
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+    _load_sibling("inputs")
+    _load_sibling("interpreter").drop_overflow_checks()
+    jobs: dict[int, str] = {}
+    out = sys.stdout
+    stdin = sys.stdin.fileno()
+    print(json.dumps({"ready": True}), file=out, flush=True)
+
+    def reap():
+        while jobs:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job_dir = jobs.pop(pid, None)
+            if job_dir is not None:
+                rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                tmp = os.path.join(job_dir, "exit_status.tmp")
+                try:
+                    with open(tmp, "w") as f:
+                        f.write(str(rc))
+                    os.replace(tmp, os.path.join(job_dir, "exit_status"))
+                except OSError:
+                    pass        # the verifier removed the job directory: nobody waits
+
+    buf = b""
+    while True:
+        ready, _, _ = select.select([stdin], [], [], 0.02)
+        reap()
+        if not ready:
+            continue
+        chunk = os.read(stdin, 65536)
+        if not chunk:
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            req = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.setsid()
+                    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                    if req.get("memory_mb"):
+                        limit = int(req["memory_mb"]) * 1024 * 1024
+                        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    job_dir = req["job_dir"]
+                    fd = os.open(os.path.join(job_dir, "stderr.txt"),
+                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    null = os.open(os.devnull, os.O_RDONLY)
+                    os.dup2(null, 0)
+                    os.dup2(fd, 1)
+                    os.dup2(fd, 2)
+                    os.close(fd)
+                    os.close(null)
+                    os.chdir(job_dir)
+                    os.environ.clear()
+                    os.environ.update(req["env"])
+                    global JOB
+                    JOB = job_dir
+                    sys.argv = [sys.argv[0], job_dir, "cpu"]
+                    code = main(parent=os.getppid())
+                except BaseException:   # noqa: BLE001 - what a subprocess would print
+                    traceback.print_exc()
+                finally:
+                    with contextlib.suppress(Exception):
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                    os._exit(code)
+            jobs[pid] = req["job_dir"]
+            print(json.dumps({"pid": pid}), file=out, flush=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(zygote() if sys.argv[1:2] == ["--zygote"] else main())

@@ -6,11 +6,13 @@ SandboxResult that says what happened, and the compile goes on.
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,23 +71,101 @@ def worker_env(target_name: str) -> dict:
     return env
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        try:        # a forked worker not yet in its own session (_Zygote)
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.wait()
+
+
+class _Forked:
+    """A worker forked by the zygote, with the part of subprocess.Popen's interface that
+    WorkerProcess uses: its exit status is the zygote's `exit_status` file."""
+
+    def __init__(self, pid: int, job_dir: Path):
+        self.pid, self.returncode = pid, None
+        self._status = Path(job_dir) / "exit_status"
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = int(self._status.read_text())
+            except (OSError, ValueError):
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:      # gone unreaped by the zygote (it ended)
+                    self.returncode = -signal.SIGKILL
+                except PermissionError:
+                    pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.002)
+        return self.returncode
+
+
+class _Zygote:
+    """`_worker.py --zygote` (the cpu target): forks workers with torch and Triton imported,
+    so that a verification does not wait 1.5-2 s for a new Python's imports. One per process,
+    started at the first cpu worker; KFORGE_VERIFY_FORK=0 starts every worker as a new
+    process instead."""
+
+    _lock = threading.Lock()
+    _proc: subprocess.Popen | None = None
+    _broken = False
+
+    script = WORKER
+
+    @classmethod
+    def fork(cls, job_dir: Path, memory_mb: int | None) -> _Forked | None:
+        if cls._broken or os.environ.get("KFORGE_VERIFY_FORK", "1") == "0" or \
+                WORKER != cls.script:       # another worker script (a test's): its own process
+            return None
+        with cls._lock:
+            try:
+                if cls._proc is None or cls._proc.poll() is not None:
+                    cls._proc = subprocess.Popen(
+                        [sys.executable, str(cls.script), "--zygote"], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                        env=worker_env("cpu"), cwd=str(WORKER.parent))
+                    if json.loads(cls._proc.stdout.readline() or b"{}").get("ready") is not True:
+                        raise OSError("the zygote did not start")
+                req = {"job_dir": str(job_dir), "memory_mb": memory_mb, "env": worker_env("cpu")}
+                cls._proc.stdin.write(json.dumps(req).encode() + b"\n")
+                cls._proc.stdin.flush()
+                pid = int(json.loads(cls._proc.stdout.readline())["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                # a new process per worker from here on: slower, never wrong
+                cls._broken = True
+                if cls._proc is not None and cls._proc.poll() is None:
+                    cls._proc.kill()
+                return None
+        return _Forked(pid, job_dir)
 
 
 class WorkerProcess:
     """A sandboxed worker started ahead of its job (start_worker): it imports torch and Triton
-    and opens the device while the parent computes its references, then waits for job.json."""
+    and opens the device while the parent computes its references, then waits for job.json.
+    On the cpu target the zygote forks it with its imports done (_Zygote)."""
 
     def __init__(self, job_dir: Path, target_name: str, memory_mb: int | None,
                  device: str = ""):
         self.job_dir = Path(job_dir)
         self.stderr_path = self.job_dir / "stderr.txt"
         self.started_at = time.time()
+        if target_name == "cpu" and device in ("", "cpu"):
+            self.stderr_path.touch()        # the worker's own output goes on after this
+            self.proc = _Zygote.fork(self.job_dir, memory_mb)
+            if self.proc is not None:
+                return
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, str(WORKER), str(job_dir)] + ([device] if device else []),
@@ -125,7 +205,10 @@ class WorkerProcess:
             _kill(proc)
             raise
         elapsed = time.monotonic() - start
-        tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        try:
+            tail = self.stderr_path.read_bytes()[-4000:].decode("utf-8", "replace")
+        except OSError:
+            tail = ""
         return SandboxResult(None if timed_out else proc.returncode, timed_out, elapsed, tail)
 
     def kill(self) -> None:
