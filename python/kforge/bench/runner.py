@@ -291,6 +291,16 @@ def _outside_text(chk) -> str:
     return f"; {chk.rows_outside} of {chk.rows} rows outside"
 
 
+def _mark_outside(res, chk, atol: float, rtol: float, against: str = "eager fp32",
+                  more: str = "") -> None:
+    """A result outside the tolerance: why (its reason) and how many rows (its info)."""
+    res.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs {against} "
+                  f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g}"
+                  f"{_outside_text(chk)}){more}")
+    if chk.rows:
+        res.info["rows_outside"] = [chk.rows_outside, chk.rows]
+
+
 class Runner:
     def __init__(self, config: BenchConfig, timer, peaks: roofline.Peaks, log=print):
         self.config, self.timer, self.peaks, self.log = config, timer, peaks, log
@@ -557,11 +567,7 @@ class Runner:
                               compile_s=compile_s, max_abs_err=chk.max_abs,
                               max_rel_err=chk.max_rel, info=info, allclose=chk.allclose)
         if not chk.ok:
-            out.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager fp32 "
-                          f"(max abs err {chk.max_abs:.3g}, rel L2 err {chk.max_rel:.3g}"
-                          f"{_outside_text(chk)})")
-            if chk.rows:
-                out.info["rows_outside"] = [chk.rows_outside, chk.rows]
+            _mark_outside(out, chk, atol, rtol)
         return out
 
     def _route(self, route, model, inputs, checks, atol, rtol, into: list,
@@ -602,8 +608,6 @@ class Runner:
         in and out, as PyTorch's bf16 routes are, and checked and timed as they are (inputs
         cast beforehand). Where it is correct and faster than the bf16 package of the fp32
         model, it is KForge's bf16 result (`pr.kforge`); the other goes to `kforge_variants`."""
-        import torch
-
         cfg = self.config
         # named as the other bf16 package is (the report's columns); `info["model"]` tells them apart
         route = routes.Route("kforge[bf16]", "bf16", False, "fp32", cast="bf16")
@@ -623,23 +627,14 @@ class Runner:
                                    "route": "KForge's package of the model cast to bf16 "
                                    "(model.bfloat16()), inputs cast to bf16"})
         try:
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = c.fn(*timed_inputs)
-            self.target.synchronize()
-            kr.info["first_call_s"] = time.perf_counter() - t0
-            kr.compile_s = (kr.compile_s or 0.0) + kr.info["first_call_s"]
+            out = self._first_call(c.fn, timed_inputs, kr)
             min_bytes = roofline.min_bytes(prepared, timed_inputs, out, "bf16")
             del out
             chk = self._check(routes.RouteFn(route, c.fn, self.device), checks, pr.atol, pr.rtol)
             kr.max_abs_err, kr.max_rel_err, kr.allclose = chk.max_abs, chk.max_rel, chk.allclose
             if not chk.ok:
                 kr.status = "mismatch"
-                kr.reason = (f"outside atol={pr.atol:g} x max(1, RMS(ref)), rtol={pr.rtol:g} vs "
-                             f"eager fp32 (max abs err {chk.max_abs:.3g}, rel L2 err "
-                             f"{chk.max_rel:.3g}{_outside_text(chk)})")
-                if chk.rows:
-                    kr.info["rows_outside"] = [chk.rows_outside, chk.rows]
+                _mark_outside(kr, chk, pr.atol, pr.rtol)
             kr.timing = self._time(c.fn, timed_inputs)
             kr.info["run_as"] = _run_as(c.fn)
             kr.info["where"] = _where(c.fn, timed_inputs)
@@ -662,6 +657,19 @@ class Runner:
                           if res.best_baseline_ms else None)
         else:
             pr.kforge_variants.append(kr)
+
+    def _first_call(self, fn, inputs, kr: ContenderResult):
+        """A package's first call JIT-compiles its Triton kernels on this device: compile time,
+        as torch.compile's first call is (kr.info["first_call_s"], added to kr.compile_s).
+        Returns its outputs."""
+        import torch
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = fn(*inputs)
+        self.target.synchronize()
+        kr.info["first_call_s"] = time.perf_counter() - t0
+        kr.compile_s = (kr.compile_s or 0.0) + kr.info["first_call_s"]
+        return out
 
     def _cold_compile_record(self) -> dict:
         if self.config.compile_times is None or self._current is None:
@@ -705,14 +713,7 @@ class Runner:
         kr = ContenderResult(c.name, "ok", compile_s=c.compile_s, info=c.info)
         pr.kforge = kr
         try:
-            # The first call JIT-compiles the Triton kernels on this device: compile time, as
-            # torch.compile's first call is.
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                c.fn(*inputs)
-            self.target.synchronize()
-            kr.info["first_call_s"] = time.perf_counter() - t0
-            kr.compile_s = (kr.compile_s or 0.0) + kr.info["first_call_s"]
+            self._first_call(c.fn, inputs, kr)
             f64 = self._float64_references(model, checks) if policy == "strict" else None
             chk = self._check(c.fn, checks, atol, rtol,
                               f64=f64 if isinstance(f64, list) else None)
@@ -752,13 +753,10 @@ class Runner:
             del f64
             if not ok:
                 kr.status = "mismatch"
-                kr.reason = (f"outside atol={atol:g} x max(1, RMS(ref)), rtol={rtol:g} vs eager on fresh inputs "
-                             f"(max abs err {kr.max_abs_err:.3g}, rel L2 err {kr.max_rel_err:.3g}"
-                             f"{_outside_text(chk)}); each kernel passed its own region's check: "
-                             "`kforge tune PKG --check` takes the regions that carry the "
-                             "error to finer schemes or strict (CHECK=1 in the device scripts)")
-                if chk.rows:
-                    kr.info["rows_outside"] = [chk.rows_outside, chk.rows]
+                _mark_outside(kr, chk, atol, rtol, "eager on fresh inputs",
+                              "; each kernel passed its own region's check: `kforge tune PKG "
+                              "--check` takes the regions that carry the error to finer "
+                              "schemes or strict (CHECK=1 in the device scripts)")
             kr.timing = self._time(c.fn, inputs)
             kr.info["run_as"] = _run_as(c.fn)
         except Exception as exc:
