@@ -146,15 +146,15 @@ get_init_inputs = _zoo.get_init_inputs
 '''
 
 
-@pytest.mark.parametrize("name", ["llama", "mixtral"])
+@pytest.mark.parametrize("name", ["llama", "mixtral", "gpt2"])
 def test_zoo_llm_in_bf16_compiles_to_verified_kernels_and_matches_its_eager(
         name, tmp_path, kforge_opt, monkeypatch):
-    """The LLM a user brings: its weights in bf16, compiled under bf16. Every region's kernel
-    verifies (the RoPE projections too: a kernel is judged against the model's own bf16
-    arithmetic as well as float64, since the model's roundings are its own), the gate and up
-    projections are one region (sibling products, the up projection's cast to bf16 with it;
-    Mixtral's experts run on the grouped MoE kernel), the output is bf16, and it matches the
-    bf16 model's eager output.
+    """The LLM a user brings (Llama, Mixtral, GPT-2): its weights in bf16, compiled under
+    bf16. Every region's kernel verifies (the RoPE projections too: a kernel is judged against
+    the model's own bf16 arithmetic as well as float64, since the model's roundings are its
+    own), attention is on the fused kernel, Llama's gate and up projections are one region
+    (sibling products, the up projection's cast to bf16 with it), Mixtral's experts run on the
+    grouped MoE kernel, the output is bf16, and it matches the bf16 model's eager output.
 
     Mixtral's router picks experts with topk over bf16 logits. On these inputs one token's
     2nd and 3rd logits in layer 0 are closer than one bf16 ulp (0.024 of the bf16 policy's
@@ -179,8 +179,10 @@ def test_zoo_llm_in_bf16_compiles_to_verified_kernels_and_matches_its_eager(
     fused = [r["fused"] for r in regions]
     if name == "mixtral":       # its experts: the grouped kernel, its gating inside
         assert any(r.get("root_kind") == "moe" for r in regions), fused
-    else:
+    elif name == "llama":
         assert any(f.count("matmul") == 2 and "sigmoid" in f for f in fused), fused
+    # attention (SDPA) on the fused kernel
+    assert any(r.get("root_kind") == "attention" for r in regions), fused
     compiled = load_package(pkg)
     _, inputs = load_model_file(path, with_model=False, seed=7)     # not the compile's inputs
     chosen = Recorder()                 # the package's router choices (topk), if any
