@@ -90,7 +90,11 @@ class _ImportBlocker(importlib.abc.MetaPathFinder):
 
 
 def _load_sibling(name: str):
-    """kforge/verify/<name>.py, loaded by path (the worker imports nothing of kforge)."""
+    """kforge/verify/<name>.py, loaded by path (the worker imports nothing of kforge); once
+    per process (a forked worker has the zygote's)."""
+    loaded = sys.modules.get(f"_kforge_sandbox_{name}")
+    if loaded is not None:
+        return loaded
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_kforge_sandbox_{name}", path)
     module = importlib.util.module_from_spec(spec)
@@ -481,7 +485,6 @@ def zygote() -> int:
     pool started here would not survive it."""
     import resource
     import select
-    import signal
     import torch  # noqa: F401
     import triton  # noqa: F401
     _load_sibling("inputs")
@@ -532,7 +535,6 @@ def zygote() -> int:
                     if req.get("memory_mb"):
                         limit = int(req["memory_mb"]) * 1024 * 1024
                         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     job_dir = req["job_dir"]
                     fd = os.open(os.path.join(job_dir, "stderr.txt"),
                                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -135,7 +135,7 @@ class _Zygote:
                     cls._proc = subprocess.Popen(
                         [sys.executable, str(cls.script), "--zygote"], stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                        env=worker_env("cpu"), cwd=str(WORKER.parent))
+                        env=worker_env("cpu"), cwd=str(cls.script.parent))
                     if json.loads(cls._proc.stdout.readline() or b"{}").get("ready") is not True:
                         raise OSError("the zygote did not start")
                 req = {"job_dir": str(job_dir), "memory_mb": memory_mb, "env": worker_env("cpu")}
