@@ -82,3 +82,19 @@ time.sleep(120)
     while (_alive(pids["worker"]) or _alive(pids["zygote"])) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(pids["zygote"]) and not _alive(pids["worker"]), pids
+
+
+def test_a_zygote_that_does_not_start_leaves_a_new_process_per_worker(tmp_path, monkeypatch):
+    """A zygote that fails (here: a script that exits at once) is given up for the process and
+    every worker is a new Python again: slower, never wrong."""
+    bad = tmp_path / "bad_zygote.py"
+    bad.write_text("import sys\nsys.exit(1)\n")
+    monkeypatch.setattr(sandbox._Zygote, "script", bad)
+    monkeypatch.setattr(sandbox, "WORKER", bad)
+    monkeypatch.setattr(sandbox._Zygote, "_proc", None)
+    monkeypatch.setattr(sandbox._Zygote, "_broken", False)
+    assert sandbox._Zygote.fork(tmp_path, None) is None
+    assert sandbox._Zygote._broken
+    w = sandbox.start_worker(tmp_path, "cpu", None)
+    assert isinstance(w.proc, subprocess.Popen)
+    assert w.wait(30).returncode == 1
