@@ -74,6 +74,30 @@ def test_the_file_kforge_compile_gets_carries_the_variant_and_the_scale(tmp_path
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [[4, 1]] + [[4, 2, 24, 16]] * 4
 
 
+def test_the_bf16_model_file_of_a_variant_casts_the_model_and_its_cache(tmp_path):
+    """Issue 12's bf16 route compiled by KForge: `bf16-model` of an LLM variant is the scale
+    wrapper (the phase, the sizes) with the cast: bf16 weights, bf16 input ids untouched
+    (integers), each layer's cached keys and values in bf16, bf16 logits."""
+    decode = discover([f"{LLAMA}::decode"])[0]
+    path = packages.cast_model_file(decode, False, tmp_path)
+    code = ("import importlib.util as u, json, torch; s = u.spec_from_file_location('w', %r); "
+            "m = u.module_from_spec(s); s.loader.exec_module(m); x = m.get_inputs(); "
+            "model = m.Model(*m.get_init_inputs()); out = model(*x); "
+            "print(json.dumps([[str(t.dtype), list(t.shape)] for t in x] + "
+            "[sorted({str(p.dtype) for p in model.parameters()}), str(out.dtype)]))"
+            % str(path))
+    env = dict(os.environ, KFORGE_ZOO_SIZE="small",
+               PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")]))
+    env.pop("KFORGE_LLM_PHASE", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got[0] == ["torch.int64", [4, 1]]
+    assert got[1:5] == [["torch.bfloat16", [4, 2, 24, 16]]] * 4
+    assert got[5:] == [["torch.bfloat16"], "torch.bfloat16"]
+
+
 def test_tokens_per_second_of_every_route_and_the_goals_in_the_report(tmp_path):
     """The eager routes for real on the decode step; no package here (kforge is skipped), so
     the issue-12 goals are stated as not reached."""

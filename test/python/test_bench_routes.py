@@ -284,12 +284,3 @@ def test_the_bf16_model_package_runs_beside_and_the_faster_correct_one_is_kforge
     md = report.markdown(json.loads(json.dumps(doc, default=report._json_default)))
     assert "## bf16: KForge's package of the fp32 model and of the bf16 model" in md
     assert f"| {pr.kforge_model} |" in md
-
-
-def test_a_workload_variant_has_no_bf16_model_package(tmp_path):
-    from kforge.bench import packages
-    wl = Workload("v.x", _workload(tmp_path, "v", LINEAR).path, env=(("X", "1"),))
-    (rec,) = packages.build_workload(wl, ["bf16-model"], tmp_path / "p", "cpu", "builtin",
-                                     smoke=True, keep_weights=False, timeout_s=60, extra=[],
-                                     tmp=tmp_path, skip_existing=False)
-    assert rec["status"] == "skipped" and "no bf16-model package" in rec["reason"]

@@ -100,13 +100,21 @@ CAST_POLICIES = {"bf16-model": "bf16"}     # package folder -> the policy it com
 def cast_model_file(workload: wl_mod.Workload, smoke: bool, tmp: Path) -> Path:
     """The file handed to `kforge compile` for `bf16-model`: the workload's source with the
     cast appended (CAST_TAIL)."""
-    if workload.env:
-        raise ValueError(f"{workload.name}: a workload variant (environment "
-                         f"{dict(workload.env)}) has no bf16-model package")
     path = tmp / f"{workload.name}.bf16-model.py"
-    path.write_text(workload.path.read_text() + _CAST_TAIL.format(
-        scale="scale='smoke'" if smoke else ""))
+    if workload.env:
+        # a variant (an LLM's prefill or decode): the scale wrapper that sets its environment,
+        # whose get_inputs() already gives the scale's sizes, then the cast
+        path.write_text(_scale_wrapper(workload, smoke) + _CAST_TAIL.format(scale=""))
+    else:
+        path.write_text(workload.path.read_text() + _CAST_TAIL.format(
+            scale="scale='smoke'" if smoke else ""))
     return path
+
+
+def _scale_wrapper(workload: wl_mod.Workload, smoke: bool) -> str:
+    scale = "smoke" if smoke else "full"
+    return _SCALE_WRAPPER.format(path=str(workload.path.resolve()), scale=scale,
+                                 ident=workload.name.replace(".", "_"), env=dict(workload.env))
 
 
 def model_file(workload: wl_mod.Workload, smoke: bool, tmp: Path) -> Path:
@@ -115,11 +123,8 @@ def model_file(workload: wl_mod.Workload, smoke: bool, tmp: Path) -> Path:
     workload: an LLM file's sizes depend on the scale) under the variant's environment."""
     if not smoke and not workload.env:
         return workload.path
-    scale = "smoke" if smoke else "full"
-    path = tmp / f"{workload.name}.{scale}.py"
-    path.write_text(_SCALE_WRAPPER.format(path=str(workload.path.resolve()), scale=scale,
-                                          ident=workload.name.replace(".", "_"),
-                                          env=dict(workload.env)))
+    path = tmp / f"{workload.name}.{'smoke' if smoke else 'full'}.py"
+    path.write_text(_scale_wrapper(workload, smoke))
     return path
 
 
@@ -180,14 +185,8 @@ def build_workload(workload, policies: list[str], out: Path, target: str, provid
         package.parent.mkdir(parents=True, exist_ok=True)
         cast = policy in CAST_POLICIES
         if cast:     # its own model: its own import and regions, shared with no other policy
-            try:
-                source = cast_model_file(workload, smoke, tmp)
-            except ValueError as exc:
-                records.append({"workload": workload.name, "policy": policy,
-                                "status": "skipped", "reason": str(exc), "compile_s": 0.0,
-                                "log_tail": [str(exc)]})
-                continue
-            cmd = [sys.executable, "-m", "kforge.cli", "compile", str(source),
+            cmd = [sys.executable, "-m", "kforge.cli", "compile",
+                   str(cast_model_file(workload, smoke, tmp)),
                    "-o", str(package), "--target", target, "--precision",
                    CAST_POLICIES[policy], "--provider", provider, *workers, *extra]
             shared_s = 0.0
