@@ -112,6 +112,9 @@ def is_float(dtype: str) -> bool:
     return dtype in ("f16", "bf16", "f32", "f64")
 
 
+# 16-bit float types whose math ops compute in fp32 and round (stmt_value)
+_NARROW_TL = ("bf16", "f16")
+
 # ops whose bf16 result is one of their bf16 operands (or its negation): exact, no rounding
 _EXACT_BF16 = ("arith.select", "arith.negf", "arith.maximumf", "arith.minimumf",
                "arith.maxnumf", "arith.minnumf", "math.absf")
@@ -530,8 +533,18 @@ class Emitter:
                 return Val(literal(1.0), frozenset(), s.type, literal=1.0)
             code = " * ".join([a[0]] * n)
         else:
-            fmt = self.target.fast_math.get(s.op) if self.fast_math and s.type == "f32" \
-                else None
+            # a 16-bit model's math (tanh, erf, exp... on bf16 values) where the target holds
+            # bf16 as bf16: computed in fp32 and rounded once, as PyTorch computes a bf16 op
+            # (libdevice has no bf16 functions: `libdevice.tanh` of a bf16 value did not
+            # compile on the GPU, H100 2026-12-07, while the interpreter, which holds bf16
+            # values as fp32, verified it)
+            narrow = s.type in _NARROW_TL and self.target.bf16_math_ok \
+                and s.op not in _EXACT_BF16
+            if narrow:
+                a = [f"{x.code}.to(tl.float32)" if x.dtype in _NARROW_TL else x.code
+                     for x in args]
+            fmt = self.target.fast_math.get(s.op) \
+                if self.fast_math and (s.type == "f32" or narrow) else None
             for helper in re.findall(r"\b(_fast_\w+)\(", fmt or ""):
                 self.combiners_used[helper] = None
             fmt = fmt or self.target.math(s.op)
@@ -541,6 +554,8 @@ class Emitter:
             if "libdevice" in fmt:
                 self.math_used = True
             code = fmt.format(*a)
+            if narrow:
+                code = f"({code}).to({TL_DTYPES[s.type]})"
         if s.type == "bf16" and not self.target.bf16_math_ok and s.op not in _EXACT_BF16:
             # bf16 arithmetic on fp32-held values: round each result as bf16 arithmetic would
             self.combiners_used[BF16_RNE] = None
