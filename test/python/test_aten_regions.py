@@ -184,3 +184,26 @@ def test_a_package_runs_unchecked_programs_through_their_first_use_check(tmp_pat
     torch.testing.assert_close(got, eager_outputs(compiled.package, inputs), atol=1e-5,
                                rtol=1e-5)
     assert {r.state for r in compiled.references.values()} == {"program"}
+
+
+def test_a_16_bit_programs_results_may_differ_from_the_reference_by_its_roundings():
+    """A bf16 model's program (cuBLAS's Linear, then SiLU, in bf16) and its region's linalg
+    form round the same products in another summation order: at a tie an intermediate bf16
+    rounding goes the other way. On an H100 the first-use check dropped such a program for it,
+    and its region ran the reference 24x slower. Units in the last place are the same math; a
+    wrong op is not."""
+    from kforge.aten_regions import _close
+    torch.manual_seed(0)
+    want = torch.randn(64, 256).bfloat16()
+    got = want.clone()
+    flat = got.view(-1)
+    bits = flat.view(torch.int16)
+    for i, units in ((3, 1), (500, 1), (9000, 2)):   # away from zero by a unit, or two
+        bits[i] += units
+        assert flat[i] != want.view(-1)[i]
+    assert _close(got, want)
+    assert not _close(want * 1.05, want)                          # another computation
+    assert not _close(torch.where(want > 1, want - 0.5, want), want)
+    # fp32 results keep the tight bound: a bf16 ulp there is far outside it
+    assert not _close(got.float(), want.float())
+    assert _close(want.float() * (1 + 1e-6), want.float())
