@@ -133,8 +133,9 @@ class PlanGraphs:
         # a borrowed input is the caller's tensor itself: `static is a` on replay, no copy
         static = [a if self.borrowed(a) else a.clone() for a in args]
         versions = [a._version for a in args]
+        caller = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
+        side.wait_stream(caller)
         current: list = []            # the step being captured, to name it if capture fails
         try:
             with torch.cuda.stream(side), torch.no_grad():
@@ -161,7 +162,7 @@ class PlanGraphs:
             with torch.cuda.graph(graph, pool=self.pool), torch.no_grad():
                 outputs = self.run_plan(static, track)
         except Exception as exc:  # noqa: BLE001 - any step that cannot be captured
-            torch.cuda.synchronize(self.device)
+            _after_failed_capture(caller, self.device)
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             if current:
                 why = f"step {_describe(current[0])}: {why}"
@@ -214,6 +215,38 @@ class PlanGraphs:
         return (f"step by step is as fast (within {GRAPH_MARGIN - 1:.0%}): {plan_ms:.3f} ms, "
                 f"replayed {graph_ms:.3f} ms with "
                 f"{copied / 2**20:.0f} MiB of input and output copies")
+
+
+def _after_failed_capture(caller, device) -> None:
+    """Leave the process as it was before a capture that failed, so that what runs next
+    (the plan step by step, torch.compile, the caller's own CUDA work) does not inherit it.
+
+    When the capture is invalidated (a step that synchronizes, or copies from pageable host
+    memory), `torch.cuda.graph` raises from `capture_end` before two things: it leaves the
+    capture stream current (its stream context is not exited), and PyTorch's CUDA random
+    generator stays marked as capturing, so that every later use of it fails with "Offset
+    increment outside graph capture encountered unexpectedly" (H100, 2026-12-07: after a bf16
+    package's failed capture, torch.compile's max-autotune failed so in the same process).
+    The caller's stream is made current again, and a capture of nothing but a fill, which
+    ends cleanly, takes the generator out of its capturing state."""
+    try:
+        torch.cuda.set_stream(caller)
+        torch.cuda.synchronize(device)
+    except Exception:  # noqa: BLE001 - a device error surfaces in the caller's next CUDA call
+        return
+    try:
+        probe = torch.empty(1, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            probe.fill_(0.0)
+        del graph
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001 - said, never raised: the plan still runs
+        warnings.warn(f"kforge: after a failed CUDA graph capture, CUDA's state could not be "
+                      f"restored ({type(exc).__name__}: {str(exc)[:160]}); random numbers "
+                      "drawn on this GPU may fail in this process", stacklevel=4)
+    finally:
+        torch.cuda.set_stream(caller)
 
 
 def _replay(entry: _Captured, args) -> tuple:

@@ -143,3 +143,37 @@ def test_a_plan_of_many_small_launches_is_replayed():
     torch.testing.assert_close(out, chain([small])[0])
     assert len(graphs.captured) == 1 and not graphs.slower
     assert graphs.run_as() == {"graphs": 1, "step_by_step": [], "not_capturable": []}
+
+
+def test_a_failed_capture_leaves_the_stream_and_random_numbers_as_they_were(always):
+    """A plan that synchronizes inside the capture cannot be captured: it runs step by step,
+    with a warning. PyTorch's `torch.cuda.graph` raises from `capture_end` then, leaving its
+    capture stream current and CUDA's random generator marked as capturing: every later draw
+    failed with "Offset increment outside graph capture encountered unexpectedly" (H100,
+    2026-12-07: torch.compile's max-autotune, after a bf16 package's failed capture, in the
+    same process). kforge.graphs puts both back."""
+    def syncs(args, track=None):
+        (x,) = args
+        if torch.cuda.is_current_stream_capturing():
+            x.sum().item()                    # not permitted while capturing
+        return (x * 2,)
+
+    caller = torch.cuda.current_stream()
+    graphs = PlanGraphs(syncs, torch.device("cuda"))
+    x = torch.ones(4, 256, device="cuda")
+    with pytest.warns(UserWarning, match="cannot run as a CUDA graph"):
+        (out,) = graphs([x])
+    torch.testing.assert_close(out, x * 2)
+    assert graphs.skipped and not graphs.captured
+    assert torch.cuda.current_stream() == caller
+    assert torch.rand(1024, device="cuda").shape == (1024,)
+    dropped = torch.nn.functional.dropout(x, 0.5, training=True)
+    assert 0 < int((dropped == 0).sum()) < x.numel()
+    # and a capture after it works as before
+    g = torch.cuda.CUDAGraph()
+    y = torch.zeros(8, device="cuda")
+    with torch.cuda.graph(g):
+        y.add_(torch.rand(8, device="cuda"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert bool((y > 0).any())
