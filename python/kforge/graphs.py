@@ -35,7 +35,10 @@ a 64 MiB output kept its graph at 0.272 ms a call where step by step ran 0.240 m
 
 A plan that cannot be captured (a fallback op that synchronizes, like a boolean-mask index or
 `nonzero`) runs as before; the reason is kept in `PlanGraphs.skipped` and said once as a warning
-(a plan as fast step by step is kept in `PlanGraphs.slower`, without a warning). `KFORGE_CUDA_GRAPHS=0` turns
+(a plan as fast step by step is kept in `PlanGraphs.slower`, without a warning). After a capture
+that fails, the caller's stream is current again and CUDA's random generator is out of its
+capturing state (`_after_failed_capture`), so later CUDA work in the process runs as before.
+`KFORGE_CUDA_GRAPHS=0` turns
 graphs off; `KFORGE_CUDA_GRAPHS=always` replays every plan that can be captured, untimed.
 """
 from __future__ import annotations
