@@ -255,15 +255,17 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """A bf16 model whose epilogue math runs on bf16 values: torch-mlir keeps clamp and both
-    tanh in bf16 (no widening around them), as in chain_min_tanh_tanh_tall cast to bf16."""
+    """A bf16 model whose epilogue math runs on bf16 values: torch-mlir keeps GELU, clamp and
+    both tanh in bf16 (no widening around them), as in chain_min_tanh_tanh_tall and
+    gemm_gelu_erf cast to bf16."""
 
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(64, 128)
 
     def forward(self, x):
-        return torch.tanh(torch.tanh(torch.clamp(self.fc(x), max=0.5)))
+        # GELU's erf form brings a constant operand (sqrt(2)) to a bf16 math op
+        return torch.tanh(torch.tanh(torch.clamp(nn.functional.gelu(self.fc(x)), max=0.5)))
 
 
 def get_inputs():

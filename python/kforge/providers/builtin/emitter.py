@@ -541,8 +541,8 @@ class Emitter:
             narrow = s.type in _NARROW_TL and self.target.bf16_math_ok \
                 and s.op not in _EXACT_BF16
             if narrow:
-                a = [f"{x.code}.to(tl.float32)" if x.dtype in _NARROW_TL else x.code
-                     for x in args]
+                a = [f"{x.code}.to(tl.float32)" if x.dtype in _NARROW_TL and x.literal is None
+                     else x.code for x in args]      # a literal is a Python float already
             fmt = self.target.fast_math.get(s.op) \
                 if self.fast_math and (s.type == "f32" or narrow) else None
             for helper in re.findall(r"\b(_fast_\w+)\(", fmt or ""):
