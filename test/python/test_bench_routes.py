@@ -277,6 +277,9 @@ def test_the_bf16_model_package_runs_beside_and_the_faster_correct_one_is_kforge
     assert pr.kforge.timing.median_ms <= other.timing.median_ms
     # bf16 in and out: fewer bytes to move than the fp32 model's activations
     assert both["bf16"].info["min_bytes"] < both["fp32"].info["min_bytes"]
+    # each says how many of its regions run on kernels (the report's `kernels` column)
+    for k in both.values():
+        assert k.info["regions_on_kernels"] == k.info["regions_total"] >= 1, k.info
     assert pr.speedup_matched == pr.matched_best_ms / pr.kforge.timing.median_ms
     doc = report.build_document({"hardware": "cpu"}, {"target": "cpu", "precisions": ["bf16"],
                                                       "scale": "smoke"},

@@ -301,6 +301,20 @@ def _mark_outside(res, chk, atol: float, rtol: float, against: str = "eager fp32
         res.info["rows_outside"] = [chk.rows_outside, chk.rows]
 
 
+def _package_info(c) -> None:
+    """A loaded package's regions on kernels (the report's `kernels` column) and the regions
+    `kforge tune --check` moved, into its contender's info."""
+    kernels, regions = getattr(c.fn, "kernels", None), getattr(c.fn, "regions", None)
+    if kernels is not None and regions is not None:   # kforge.runtime.CompiledModel
+        c.info["regions_total"], c.info["regions_on_kernels"] = len(regions), len(kernels)
+        manifest = getattr(getattr(c.fn, "package", None), "manifest", None) or {}
+        moved = {"finer": len(manifest.get("finer_schemes") or {}),
+                 "strict": len(manifest.get("strict_regions") or {}),
+                 "split": len(manifest.get("site_regions") or {})}
+        if any(moved.values()):      # by `kforge tune --check` (kforge.modelcheck)
+            c.info["moved_by_check"] = moved
+
+
 class Runner:
     def __init__(self, config: BenchConfig, timer, peaks: roofline.Peaks, log=print):
         self.config, self.timer, self.peaks, self.log = config, timer, peaks, log
@@ -617,6 +631,7 @@ class Runner:
             timed_inputs = routes.cast_inputs(route, inputs)
             c = backends.kforge_loaded(cfg.packages / "bf16-model" / wl.name, prepared,
                                        cfg.target, "bf16", cfg.tune)
+            _package_info(c)
         except backends.ContenderUnavailable as exc:
             kr = ContenderResult(route.name, exc.status, reason=str(exc))
             pr.kforge_variants.append(kr)
@@ -701,15 +716,7 @@ class Runner:
         except backends.ContenderUnavailable as exc:
             pr.kforge = ContenderResult(f"kforge[{policy}]", exc.status, reason=str(exc))
             return pr
-        kernels, regions = getattr(c.fn, "kernels", None), getattr(c.fn, "regions", None)
-        if kernels is not None and regions is not None:   # kforge.runtime.CompiledModel
-            c.info["regions_total"], c.info["regions_on_kernels"] = len(regions), len(kernels)
-            manifest = getattr(getattr(c.fn, "package", None), "manifest", None) or {}
-            moved = {"finer": len(manifest.get("finer_schemes") or {}),
-                     "strict": len(manifest.get("strict_regions") or {}),
-                     "split": len(manifest.get("site_regions") or {})}
-            if any(moved.values()):      # by `kforge tune --check` (kforge.modelcheck)
-                c.info["moved_by_check"] = moved
+        _package_info(c)
         kr = ContenderResult(c.name, "ok", compile_s=c.compile_s, info=c.info)
         pr.kforge = kr
         try:
@@ -765,7 +772,7 @@ class Runner:
         pr.roofline_fraction = pr.floor_ms / kr.timing.median_ms
         if kr.status == "ok" and res.best_baseline_ms:
             pr.speedup = res.best_baseline_ms / kr.timing.median_ms
-        if kernels is not None and regions is not None:
+        if "regions_total" in c.info:        # a package's CompiledModel (_package_info)
             kr.info["where"] = _where(c.fn, inputs)
         return pr
 
