@@ -336,7 +336,9 @@ def _refs(args) -> list[str]:
     return out
 
 
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+def _close(got: torch.Tensor, want: torch.Tensor, narrow: torch.dtype | None = None) -> bool:
+    """`got` is the same math as `want`. `narrow`: the region's own 16-bit type, whose
+    roundings its results carry (also a result it widens at the end)."""
     if got.shape != want.shape:
         return False
     if not want.dtype.is_floating_point:
@@ -361,9 +363,9 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
     # 2026-12-07: cuBLAS's bf16 Linear + SiLU against the linalg form, the aten program was
     # dropped and the region ran its reference, 24x slower). A wrong program is off by the
     # values themselves.
-    narrow = _NARROW_EPS.get(want.dtype)
-    if narrow is not None:
-        return bool(((g - w).abs() <= 2 * narrow * (max(1.0, rms) + w.abs())).all())
+    eps = _NARROW_EPS.get(narrow if narrow is not None else want.dtype)
+    if eps is not None:
+        return bool(((g - w).abs() <= 2 * eps * (max(1.0, rms) + w.abs())).all())
     return bool(((g - w).abs() <= 1e-5 * max(1.0, rms) + 1e-4 * w.abs()).all())
 
 
@@ -375,7 +377,9 @@ def check_program(program: AtenProgram, spec, seeds: Sequence[int] = _CHECK_SEED
     """'' if the program computes the region's reference on random inputs, else why not."""
     from kforge.reference import reference_fn
     from kforge.verify.inputs import make_inputs, signature_of
+    from kforge.verify.verifier import narrow_dtype
     sig = signature_of(spec)
+    narrow = narrow_dtype(sig.args)
     run = program.callable()
     ref = reference_fn(spec)
     for seed in seeds:
@@ -389,7 +393,7 @@ def check_program(program: AtenProgram, spec, seeds: Sequence[int] = _CHECK_SEED
         if len(got) != len(want):
             return f"{len(got)} results, the region has {len(want)}"
         for i, (g, w) in enumerate(zip(got, want)):
-            if not _close(g, w):
+            if not _close(g, w, narrow):
                 return f"result {i} differs from the region's reference (seed {seed})"
     return ""
 
@@ -483,8 +487,9 @@ class FirstUseCheck:
     on the same operands and compares them (`_close`); the program is kept if they agree, else
     the reference is used from then on, after one warning."""
 
-    def __init__(self, program, reference, region: str):
+    def __init__(self, program, reference, region: str, narrow: torch.dtype | None = None):
         self.program, self.reference, self.region = program, reference, region
+        self.narrow = narrow            # the region's own 16-bit type (_close)
         self.state = "unchecked"        # unchecked | program | reference
         self.note = ""
 
@@ -496,7 +501,7 @@ class FirstUseCheck:
         want = tuple(self.reference(*args))
         try:
             got = tuple(self.program(*args))
-            why = "" if len(got) == len(want) and all(_close(g, w) for g, w in zip(got, want)) \
+            why = "" if len(got) == len(want) and all(_close(g, w, self.narrow) for g, w in zip(got, want)) \
                 else "its results differ from the reference's"
         except Exception as exc:  # noqa: BLE001 - any failure of the unchecked program
             why = f"{type(exc).__name__}: {str(exc)[:200]}"

@@ -174,10 +174,13 @@ class CompiledModel:
             if h in programs and not programs[h].checked and spec.args:
                 # too large to check when compiling: checked at its first run (FirstUseCheck)
                 from kforge.aten_regions import FirstUseCheck
+                from kforge.verify.inputs import signature_of
+                from kforge.verify.verifier import narrow_dtype
                 program = programs[h].callable()
                 if compile_them:
                     program = _CompiledReference(program, h, tolerance)
-                self.references[h] = FirstUseCheck(program, reference_fn(spec), h)
+                self.references[h] = FirstUseCheck(program, reference_fn(spec), h,
+                                                   narrow_dtype(signature_of(spec).args))
                 self.aten_regions.add(h)
                 continue
             if h in programs:

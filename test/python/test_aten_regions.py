@@ -207,3 +207,7 @@ def test_a_16_bit_programs_results_may_differ_from_the_reference_by_its_rounding
     # fp32 results keep the tight bound: a bf16 ulp there is far outside it
     assert not _close(got.float(), want.float())
     assert _close(want.float() * (1 + 1e-6), want.float())
+    # unless the region is a bf16 model's that widens its result at the end (a bf16 GELU,
+    # then extf: transformer_block's MLP cast to bf16, dropped so on the H100)
+    assert _close(got.float(), want.float(), torch.bfloat16)
+    assert not _close(want.float() * 1.05, want.float(), torch.bfloat16)

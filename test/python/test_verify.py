@@ -498,3 +498,8 @@ def test_a_bf16_result_may_be_a_unit_in_the_last_place_from_its_models_own_arith
     bad = judge(worse, alt)
     assert not bad.ok and "1 of 4096 elements" in bad.message
     assert not judge(out.float(), alt.float(), torch.float32).ok
+    # a bf16 model's region that widens its result at the end carries bf16 roundings all
+    # the same: its arguments say so (compare_outputs' `narrow`)
+    wide = _compare_float(out.float(), exact, alt.float(), 0.005, 0.005, "cpu", (n,),
+                          "result 0", dtype=torch.float32, alt_scale=2.0, narrow=torch.bfloat16)
+    assert wide.ok

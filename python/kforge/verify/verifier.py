@@ -299,7 +299,14 @@ REDUCED_PRECISION_MARGIN = 0.5
 def narrows_itself(spec) -> bool:
     """The region holds 16-bit float values of its own (a bf16 or fp16 model's region)."""
     tensors = list(getattr(spec, "args", ())) + list(getattr(spec, "values", ()))
-    return any(getattr(t, "dtype", None) in ("bf16", "f16") for t in tensors)
+    return narrow_dtype(tensors) is not None
+
+
+def narrow_dtype(tensors) -> torch.dtype | None:
+    """bf16 if any of `tensors` (spec tensors or signature arguments) is bf16, else fp16 if one
+    is fp16, else None."""
+    kinds = {getattr(t, "dtype", None) for t in tensors}
+    return torch.bfloat16 if "bf16" in kinds else torch.float16 if "f16" in kinds else None
 
 
 def _reference_outputs(ref: Callable, args: list[torch.Tensor], device: str) -> tuple:
@@ -491,6 +498,9 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
                            f"{len(refs)}")
     max_abs = max_rel = 0.0
     ratio = None
+    # a 16-bit model's region (its arguments bf16 or fp16): the roundings of its own arithmetic
+    # are of that type, also where it widens its result at the end (a bf16 GELU, then extf)
+    narrow = narrow_dtype(sig.args)
     for k, (out, ref, rsig) in enumerate(zip(outs, refs, sig.results)):
         want_shape = rsig.concrete(size)
         want_dtype = TORCH_DTYPES[rsig.dtype]
@@ -522,7 +532,8 @@ def compare_outputs(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor],
         floor = contract.FACTOR * e32 if e32 is not None and math.isfinite(e32) else None
         sums = ref_sums[k] if ref_sums and k < len(ref_sums) else None
         cmp = _compare_float(out, ref, alt, atol, rtol, where, want_shape, label, floor,
-                             sums=sums, fp32_err=e32, dtype=want_dtype, alt_scale=alt_scale)
+                             sums=sums, fp32_err=e32, dtype=want_dtype, alt_scale=alt_scale,
+                             narrow=narrow)
         max_abs, max_rel = max(max_abs, cmp.max_abs), max(max_rel, cmp.max_rel)
         if not cmp.ok:
             return _Comparison(False, cmp.message, max_abs, max_rel)
@@ -578,7 +589,7 @@ def _ulp(a: torch.Tensor, bits: int, min_exp: int) -> torch.Tensor:
 def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
                    floor: float | None = None, sums: tuple | None = None,
                    fp32_err: float | None = None, dtype=None,
-                   alt_scale: float = 1.0) -> _Comparison:
+                   alt_scale: float = 1.0, narrow=None) -> _Comparison:
     """The policy's rule for one float result, chunk by chunk: a pass for the RMS (none when
     `sums` has it already), a pass over every element accumulating on the device (two
     synchronizations in all, whatever the size), and, only for a result that fails, a pass that
@@ -599,8 +610,10 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
     # activation) goes either way at a tie, and the two results then sit a unit in the last
     # place apart. So the alternative also allows one unit in the last place of the result's
     # type (H100, 2026-12-07: a bf16 model's Linear + SiLU, 1 of 67 M elements 2 bf16 ulps
-    # from the model's own arithmetic, 0.03125 against 0.0308)
-    narrow_bits = _NARROW_BITS.get(dtype if dtype is not None else out.dtype)
+    # from the model's own arithmetic, 0.03125 against 0.0308), or of the region's own 16-bit
+    # type (`narrow`) where it widens its result
+    narrow_bits = _NARROW_BITS.get(narrow if narrow is not None else
+                                   dtype if dtype is not None else out.dtype)
 
     def judged(o, r, rest):
         finite = torch.isfinite(r)
