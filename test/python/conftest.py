@@ -27,6 +27,13 @@ def _has_cuda() -> bool:
 if not _has_cuda():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# A kernel cache of the test session's own, as on a clean CI machine: the user's cache
+# (~/.cache/kforge) kept records of older code that hid a test failing with an empty one
+# (kforge profile of a package verified without timings, 2026-12-07)
+if "KFORGE_CACHE" not in os.environ:
+    import tempfile
+    os.environ["KFORGE_CACHE"] = tempfile.mkdtemp(prefix="kforge-test-cache-")
+
 # Tests run against the sources, whether or not kforge is installed (editable) in the venv.
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))

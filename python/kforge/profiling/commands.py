@@ -19,7 +19,7 @@ def profile_package(pkg, region: str | None = None, counters: str = "auto",
     from kforge.profiling.schema import save_profile
     from kforge.providers.base import Candidate, GenerationRequest
     from kforge.providers.builtin import BuiltinProvider
-    from kforge.verify import VerificationRecord
+    from kforge.verify import VerificationRecord, target_available, verify_candidate
     say = progress or (lambda m: None)
     package = open_package(pkg)
     manifest = read_manifest(package.root)
@@ -45,6 +45,16 @@ def profile_package(pkg, region: str | None = None, counters: str = "auto",
         ver = entry.get("verification") or {}
         rec = VerificationRecord.from_json(ver) if ver.get("status") else None
         precision = entry.get("precision", package.precision)   # strict: kforge.selection
+        if (rec is None or rec.time_ms is None) and target_available(package.target):
+            # verified without a timing (a compile times candidates only where a time picks
+            # one): the profile's roofline needs one, so verify and time it here
+            say(f"timing region {h}")
+            sizes = {"dynamic_sizes": tuple(rec.dynamic_sizes)} \
+                if rec is not None and rec.dynamic_sizes else {}
+            timed = verify_candidate(spec, cand, package.target, precision, measure=True,
+                                     **sizes)
+            if timed.status == "verified" and timed.time_ms is not None:
+                rec = timed
         prof = collect_profile(spec, cand, rec, package.target, precision,
                                counters=counters)
         save_profile(prof, out_dir / f"{h}.json")
