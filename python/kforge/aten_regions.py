@@ -34,6 +34,7 @@ import torch
 
 from kforge.cache import atomic_write_text
 from kforge.errors import UserError
+from kforge.verify.contract import NARROW_DTYPES, eps_of
 
 PROGRAM_SCHEMA = "kforge.aten-program"
 PROGRAM_VERSION = 1
@@ -363,14 +364,12 @@ def _close(got: torch.Tensor, want: torch.Tensor, narrow: torch.dtype | None = N
     # 2026-12-07: cuBLAS's bf16 Linear + SiLU against the linalg form, the aten program was
     # dropped and the region ran its reference, 24x slower). A wrong program is off by the
     # values themselves.
-    eps = _NARROW_EPS.get(narrow if narrow is not None else want.dtype)
-    if eps is not None:
+    narrow = narrow if narrow is not None else want.dtype
+    if narrow in NARROW_DTYPES:
+        eps = eps_of(narrow)            # the spacing of its values at 1
         return bool(((g - w).abs() <= 2 * eps * (max(1.0, rms) + w.abs())).all())
     return bool(((g - w).abs() <= 1e-5 * max(1.0, rms) + 1e-4 * w.abs()).all())
 
-
-# the spacing of a 16-bit type's values at 1 (torch.finfo(dtype).eps)
-_NARROW_EPS = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
 
 
 def check_program(program: AtenProgram, spec, seeds: Sequence[int] = _CHECK_SEEDS) -> str:

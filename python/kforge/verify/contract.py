@@ -96,6 +96,10 @@ def check(out: torch.Tensor, ref64: torch.Tensor, fp32_err: float,
     return finish(acc, out, ref64, fp32_err, eps, where)
 
 
+# the 16-bit float types (a bf16 or fp16 model's values)
+NARROW_DTYPES = (torch.bfloat16, torch.float16)
+
+
 def eps_of(dt: torch.dtype) -> float:
     return torch.finfo(dt if dt.is_floating_point else torch.float32).eps
 

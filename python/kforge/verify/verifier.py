@@ -575,15 +575,11 @@ def rms_scale(ref: torch.Tensor, device=None) -> float:
     return max(1.0, math.sqrt(total / count)) if count else 1.0
 
 
-# 16-bit float types: (stored significand bits, least normal exponent)
-_NARROW_BITS = {torch.bfloat16: (7, -126), torch.float16: (10, -14)}
-
-
-def _ulp(a: torch.Tensor, bits: int, min_exp: int) -> torch.Tensor:
-    """One unit in the last place of a 16-bit type at each |a| (that of its least normal
-    value below it)."""
-    e = torch.floor(torch.log2(a.abs().clamp_min(2.0 ** min_exp)))
-    return torch.exp2(e - bits)
+def _ulp(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of `dtype` at each |a| (that of its least normal value
+    below it)."""
+    info = torch.finfo(dtype)
+    return torch.exp2(torch.floor(torch.log2(a.abs().clamp_min(info.tiny)))) * info.eps
 
 
 def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
@@ -612,8 +608,8 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
     # type (H100, 2026-12-07: a bf16 model's Linear + SiLU, 1 of 67 M elements 2 bf16 ulps
     # from the model's own arithmetic, 0.03125 against 0.0308), or of the region's own 16-bit
     # type (`narrow`) where it widens its result
-    narrow_bits = _NARROW_BITS.get(narrow if narrow is not None else
-                                   dtype if dtype is not None else out.dtype)
+    narrow = narrow if narrow is not None else dtype if dtype is not None else out.dtype
+    narrow = narrow if narrow in contract.NARROW_DTYPES else None
 
     def judged(o, r, rest):
         finite = torch.isfinite(r)
@@ -624,8 +620,8 @@ def _compare_float(out, ref, alt, atol, rtol, device, want_shape, label,
         if rest:                       # a float result's alternative (ints are compared above)
             a = rest[0]
             err_alt, tol_alt = (o - a).abs(), (threshold + rtol * a.abs()) * alt_scale
-            if narrow_bits is not None:
-                tol_alt = tol_alt + _ulp(a, *narrow_bits)
+            if narrow is not None:
+                tol_alt = tol_alt + _ulp(a, narrow)
             near_alt = torch.isfinite(a) & (err_alt <= tol_alt)
             err = torch.where(near_alt, torch.minimum(err, err_alt), err)
             tol = torch.where(near_alt, torch.maximum(tol, tol_alt), tol)
