@@ -12,6 +12,7 @@ export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-/tmp/kforge-inductor}
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/kforge-triton}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # PACKAGES: the caller's, else the script's DEFAULT_PACKAGES (set before sourcing), else the suite's
+PACKAGES_GIVEN="${PACKAGES:+1}"
 PACKAGES="${PACKAGES:-${DEFAULT_PACKAGES:-.carry/bench}}"
 
 # carried_wheels: the wheels carried in .whl (transformers, where the image's is older)

@@ -13,7 +13,9 @@
 # packages' manifests and kernels after tuning; unpack into .carry/bench here to reuse them).
 #
 # Environment (all optional):
-#   PACKAGES     package folder (default .carry/bench; missing -> KForge recorded as skipped)
+#   PACKAGES     package folder (default .carry/bench; missing -> KForge recorded as skipped, but
+#                a folder named here that is missing stops the run before it spends device time:
+#                it was not carried; NO_PACKAGES_OK=1 runs the baselines anyway)
 #   PRECISION    policies, comma-separated (default strict,tf32,bf16)
 #   WORKLOADS    space-separated names/globs (default: the whole suite)
 #   SHARDS       cut the suite into this many shards (default: the number of GPUs)
@@ -65,6 +67,10 @@ SHARD_ARGS=(); for s in $SHARD_IDS; do SHARD_ARGS+=(--shard "$s/$SHARDS"); done
 #    workload, COMPILE_JOBS at a time, recording the cold compile times.
 PKG_ARGS=(--packages "$PACKAGES")
 prep=()
+if [ ! -d "$PACKAGES" ] && [ -n "$PACKAGES_GIVEN" ] && [ "${NO_PACKAGES_OK:-0}" != 1 ]; then
+  echo "error: PACKAGES=$PACKAGES is not here (was it built and carried? an ignored folder travels only when carry names it, and a fresh checkout has none); stopping before the timed run (NO_PACKAGES_OK=1 times the baselines alone)" | tee -a "$OUT/env.txt" "$OUT/run.log" >&2
+  exit 2
+fi
 if [ ! -d "$PACKAGES" ]; then
   echo "no package folder $PACKAGES: KForge will be recorded as skipped" | tee -a "$OUT/env.txt"
   PKG_ARGS=(--packages "$WORK/no-packages")

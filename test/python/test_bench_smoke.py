@@ -187,3 +187,17 @@ def test_packages_compiled_elsewhere(smoke_run, tmp_path, repo_root):
         assert k["status"] == "ok", k["reason"]
         assert k["info"]["source"] == "package" and k["info"]["kernels_verified"] >= 1
         assert w["policies"][0]["speedup"] is not None
+
+
+def test_the_device_run_stops_when_its_named_packages_were_not_carried(repo_root, tmp_path):
+    """`PACKAGES=.carry/x bash benchmarks/run_h200.sh` on a device copy without .carry/x (an
+    ignored folder travels only when named in carry; 2026-12-07 a fresh checkout had none and a
+    whole call timed the baselines alone) exits 2 with a message, before any timed work."""
+    env = dict(os.environ, OUT=str(tmp_path / "out"), TARGET="cpu",
+               PACKAGES=str(tmp_path / "not-carried"), PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(repo_root / "benchmarks" / "run_h200.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "not-carried is not here" in proc.stderr
+    assert "not-carried is not here" in (tmp_path / "out" / "run.log").read_text()
+    assert not (tmp_path / "out" / "bench.json").exists()
