@@ -252,6 +252,10 @@ class Emitter:
         # the target's fast spellings of fp32 math (Target.fast_math), where the policy's
         # tolerance allows them (Builder.emitter: bf16)
         self.fast_math = False
+        # a bf16 model's region under the bf16 policy (Builder.emitter): its bf16 values are
+        # held as fp32 and not rounded between its ops, only where they are stored, as
+        # Inductor computes a bf16 model's fused ops (`widen16`, docs/engine.md)
+        self.widen16 = False
         self.root: Scope | None = None
         self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
         self.ops_used: dict[str, None] = {}     # names of the ops this kernel computes, in order
@@ -414,8 +418,11 @@ class Emitter:
             addr = self.address(ptr, ix.add(offset, ix.const(s * plane)), over, wide)
             loads.append(f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})")
         code = " + ".join(loads)
-        if t.dtype == "bf16" and not self.target.bf16_math_ok:
-            code = f"({code}).to(tl.float32)"   # bf16 values held as fp32 (Target.bf16_math_ok)
+        if t.dtype == "bf16" and (not self.target.bf16_math_ok
+                                  or self.widen16 and not self.dot_context):
+            # bf16 values held as fp32 (Target.bf16_math_ok; widen16 but for a product's
+            # operands, which the tensor cores take as bf16)
+            code = f"({code}).to(tl.float32)"
         val = self.define(scope, deps, code, t.dtype, stem="x")
         val.zero_masked = True
         return val
@@ -506,12 +513,16 @@ class Emitter:
                 return Val(literal(v), frozenset(), s.type, literal=v)
             if args[0].dtype == s.type:
                 return args[0]
-            if not self.target.bf16_math_ok and "bf16" in (s.type, args[0].dtype) \
+            if self.hold16 and "bf16" in (s.type, args[0].dtype) \
                     and is_float(s.type) and is_float(args[0].dtype):
                 # bf16 values are held as fp32 rounded to bf16: widening is free, narrowing
                 # rounds to nearest even as the GPU's conversion does
                 if s.type != "bf16" and args[0].dtype == "bf16" and s.type in ("f32", "f64"):
                     return Val(args[0].code, args[0].deps, s.type, literal=args[0].literal)
+                if s.type == "bf16" and self.widen16:
+                    # not rounded here: a bf16 model's value is rounded where it is stored
+                    code = a[0] if args[0].dtype in ("f32", "bf16") else f"{a[0]}.to(tl.float32)"
+                    return Val(code, args[0].deps, s.type, literal=args[0].literal)
                 if s.type == "bf16":
                     self.combiners_used[BF16_RNE] = None
                     src = a[0] if args[0].dtype == "f32" else f"{a[0]}.to(tl.float32)"
@@ -538,13 +549,14 @@ class Emitter:
             # (libdevice has no bf16 functions: `libdevice.tanh` of a bf16 value did not
             # compile on the GPU, H100 2026-12-07, while the interpreter, which holds bf16
             # values as fp32, verified it)
-            narrow = s.type in _NARROW_TL and self.target.bf16_math_ok \
+            narrow = s.type in _NARROW_TL and not (s.type == "bf16" and self.hold16) \
                 and s.op not in _EXACT_BF16
+            wide = s.type == "bf16" and self.widen16     # its arguments are fp32 already
             if narrow:
                 a = [f"{x.code}.to(tl.float32)" if x.dtype in _NARROW_TL and x.literal is None
                      else x.code for x in args]      # a literal is a Python float already
             fmt = self.target.fast_math.get(s.op) \
-                if self.fast_math and (s.type == "f32" or narrow) else None
+                if self.fast_math and (s.type == "f32" or narrow or wide) else None
             for helper in re.findall(r"\b(_fast_\w+)\(", fmt or ""):
                 self.combiners_used[helper] = None
             fmt = fmt or self.target.math(s.op)
@@ -556,7 +568,8 @@ class Emitter:
             code = fmt.format(*a)
             if narrow:
                 code = f"({code}).to({TL_DTYPES[s.type]})"
-        if s.type == "bf16" and not self.target.bf16_math_ok and s.op not in _EXACT_BF16:
+        if s.type == "bf16" and not self.target.bf16_math_ok and not self.widen16 \
+                and s.op not in _EXACT_BF16:
             # bf16 arithmetic on fp32-held values: round each result as bf16 arithmetic would
             self.combiners_used[BF16_RNE] = None
             code = f"{BF16_RNE}({code})"
@@ -662,7 +675,25 @@ class Emitter:
         where the target holds bf16 values as fp32); other types unchanged."""
         if dtype not in ("bf16", "f16"):
             return code
+        if dtype == "bf16" and self.widen16:
+            return code             # held as fp32: rounded where it is stored (stored())
         if dtype == "bf16" and not self.target.bf16_math_ok:
             self.combiners_used[BF16_RNE] = None
             return f"{BF16_RNE}({code})"
         return f"({code}).to({TL_DTYPES[dtype]})"
+
+    @property
+    def hold16(self) -> bool:
+        """bf16 values are held as fp32: where the target cannot compute on bf16 (rounded to
+        bf16 after each op), or under widen16 (rounded only where stored)."""
+        return self.widen16 or not self.target.bf16_math_ok
+
+    def stored(self, val: Val, dtype: str) -> str:
+        """The code of `val` as stored into a tensor of `dtype`: under widen16 a bf16 value held
+        as fp32 is rounded to nearest even here (the interpreter's conversion truncates)."""
+        if dtype != "bf16" or not self.widen16:
+            return val.code
+        if not self.target.bf16_math_ok:
+            self.combiners_used[BF16_RNE] = None
+            return f"{BF16_RNE}({val.code})"
+        return f"({val.code}).to(tl.bfloat16)"
