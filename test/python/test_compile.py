@@ -359,3 +359,49 @@ def test_a_bf16_gated_mlp_pairs_its_products_and_reads_x_where_it_lies(tmp_path,
     source = (hopper / "kernels" / gated["hash"] / "kernel.py").read_text()
     assert source.count("_gemm[") == 1 and "interleaved by BLOCK_N / 2" in source, source
     assert "a_desc = tl.make_tensor_descriptor(arg0," in source and "_cast_a(" not in source
+
+
+BF16_LINEAR_SIGMOID = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """gemm_sigmoid's shape class cast to bf16: 512 rows, N = 4096 (128 tiles of 128 x 128,
+    under a wave of the H100's 132 SMs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1024, 4096)
+        self.to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))
+
+
+def get_inputs():
+    return [torch.randn(512, 1024).bfloat16()]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_bf16_models_gemm_under_a_wave_takes_the_tma_kernel(tmp_path):
+    """A bf16 model's A is read by the TMA kernel where it lies, with no cast pass. The gate
+    that keeps bf16 operands off the TMA kernel below a wave of 128 x 128 tiles (its cast pass
+    does not pay there) does not apply to it. On the H100 (2026-12-07), gemm_sigmoid's bf16 model
+    took the pointer kernel's 128 x 256 tiles: 64 programs for 132 SMs, 0.098 ms, against 0.087
+    for the fp32 model's fp16x1 TMA kernel and its split pass. Cross-compiled for sm_90, not
+    run."""
+    src = tmp_path / "sigmoid_bf16.py"
+    src.write_text(BF16_LINEAR_SIGMOID)
+    pkg = tmp_path / "hopper"
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", cache=tmp_path / "cache")
+    report = json.loads((pkg / "report.json").read_text())
+    (region,) = [r for r in report["regions"] if "matmul" in r["fused"]]
+    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "'TMA': True" in source and "'BLOCK_N': 128" in source, source[:600]
+    assert "a_desc = tl.make_tensor_descriptor(arg" in source and "_cast_a(" not in source

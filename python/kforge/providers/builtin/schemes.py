@@ -383,9 +383,14 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if _starved_by_tma(spec, target, precision, stage, scheme):
         return []
     if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1" and (
-            stage.reductions or _tiles_128(con) < target.compute_units):
+            stage.reductions or (_tiles_128(con) < target.compute_units
+                                 and bf16_a_source(spec, con) is None)):
         # bf16 operands: its cast pass pays only where a wave of 128 x 128 tiles fills the SMs
-        # and the stage has no row reduction (measured with a fused one: see TMA_DEFAULT)
+        # and the stage has no row reduction (measured with a fused one: see TMA_DEFAULT). A
+        # bf16 model's A is read where it lies, with no pass: there the TMA kernel's 128 x 128
+        # tiles come first under a wave too (H100 2026-12-07, gemm_sigmoid's bf16 model, 512 x
+        # 8192 x 4096: the pointer kernel's 128 x 256 tiles, 64 programs, 0.098 ms; the fp32
+        # model's fp16x1 TMA kernel, 128 programs and a split pass, 0.087; cuBLAS 0.058)
         return []
     problem = dict(problem_of(spec, stage), precision=precision)
     tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
