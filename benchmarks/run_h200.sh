@@ -27,7 +27,10 @@
 #                TUNE_TIMEOUT per package (default 180 s); SKIP_TUNE=1 skips the tuning
 #   PREP_S       no tuning or precompile job starts after this many seconds (default 200); what
 #                is left is done by the timed run itself (tuning) or measured there (compile)
-#   COMPILE_JOBS torch.compile pre-pass processes (default 8)
+#   COMPILE_JOBS torch.compile pre-pass processes (default 8); with matched baselines the pre-pass
+#                also warms the policies' compiled routes (bf16 model default and max-autotune,
+#                tf32), keeping none of their autotuning choices (kforge.bench.precompile --routes);
+#                PRECOMPILE_TIMEOUT per workload (default 240 s)
 #   BASELINES    eager,compile (default); BASELINE_PRECISION matched (default: the PyTorch route at each policy's precision, docs/bench.md) | as-written
 #   EXTRA        more `kforge bench` arguments
 #   TARGET       cuda (default); `TARGET=cpu EXTRA=--smoke` dry-runs this script without a GPU
@@ -91,7 +94,8 @@ if [[ "$BASELINES" == *compile* ]] && [ "${SKIP_PRECOMPILE:-0}" != 1 ]; then
   (
     # shellcheck disable=SC2086
     "$PY" -m kforge.bench.precompile --out "$WORK/compile-times" ${WORKLOADS:-} "${SHARD_ARGS[@]}" \
-      --jobs "${COMPILE_JOBS:-8}" --timeout 180 --deadline "$PREP_DEADLINE" \
+      --jobs "${COMPILE_JOBS:-8}" --timeout "${PRECOMPILE_TIMEOUT:-240}" --deadline "$PREP_DEADLINE" \
+      $([ "${BASELINE_PRECISION:-matched}" = matched ] && echo --routes "$PRECISION") \
       $([ "$TARGET" = cpu ] && echo --smoke) > "$LOGS/precompile.log" 2>&1
     echo "precompile phase: exit $?, $(($(date +%s) - START)) s since start" >> "$LOGS/precompile.log"
   ) &

@@ -287,3 +287,57 @@ def test_the_bf16_model_package_runs_beside_and_the_faster_correct_one_is_kforge
     md = report.markdown(json.loads(json.dumps(doc, default=report._json_default)))
     assert "## bf16: KForge's package of the fp32 model and of the bf16 model" in md
     assert f"| {pr.kforge_model} |" in md
+
+
+def test_the_precompile_pass_warms_the_compiled_matched_routes(tmp_path):
+    """`python -m kforge.bench.precompile --routes bf16,tf32` (run_h200.sh with matched
+    baselines): after the fp32 compile, the bf16 model under Inductor's default mode and
+    max-autotune-no-cudagraphs and the tf32 compile are each compiled and called once, for
+    real, and their cold times recorded; strict's compile is the fp32 one. An unknown policy is
+    a clear error."""
+    import subprocess
+    import sys
+    out = tmp_path / "times"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "python"))
+    proc = subprocess.run([sys.executable, "-m", "kforge.bench.precompile", "--out", str(out),
+                           "--smoke", "--routes", "strict,bf16,tf32", "--jobs", "1",
+                           "gemm_bias_relu"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((out / "gemm_bias_relu.json").read_text())
+    assert record["status"] == "ok" and record["compile_s"] > 0
+    assert set(record["routes"]) == {"torch.compile[bf16 model]",
+                                     "torch.compile[bf16 model, max-autotune-no-cudagraphs]",
+                                     "torch.compile[tf32]"}
+    assert all(r["status"] == "ok" for r in record["routes"].values()), record["routes"]
+    bad = subprocess.run([sys.executable, "-m", "kforge.bench.precompile", "--out", str(out),
+                          "--routes", "fp8", "gemm_bias_relu"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert bad.returncode == 2 and "no matched routes for policy 'fp8'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_route_warm_up_keeps_no_autotuning_choice():
+    """warm_route compiles with Inductor's autotune cache off (its processes share the GPU, so
+    their choices are not the timed run's to reuse), the FX graph cache off under max-autotune
+    (the graph holds the GEMM it chose) and on otherwise; both settings are restored after."""
+    import torch._inductor.config as inductor_config
+
+    from kforge.bench.precompile import route_warmups, warm_route
+    from kforge.targets import get_target
+    seen = []
+    real = torch.compile
+
+    def watch(model, mode=None, **kw):
+        seen.append((mode, inductor_config.autotune_local_cache, inductor_config.fx_graph_cache))
+        return model             # runs eagerly: this test is about the settings, not Inductor
+    before = (inductor_config.autotune_local_cache, inductor_config.fx_graph_cache)
+    torch.compile = watch
+    try:
+        model = torch.nn.Linear(8, 4)
+        for r in route_warmups(("bf16",)):
+            assert warm_route(r, model, [torch.randn(2, 8)], get_target("cpu"))["status"] == "ok"
+    finally:
+        torch.compile = real
+    assert seen == [(None, False, True), ("max-autotune-no-cudagraphs", False, False)]
+    assert (inductor_config.autotune_local_cache, inductor_config.fx_graph_cache) == before
