@@ -388,20 +388,40 @@ def get_init_inputs():
 '''
 
 
-def test_a_bf16_models_gemm_under_a_wave_takes_the_tma_kernel(tmp_path):
-    """A bf16 model's A is read by the TMA kernel where it lies, with no cast pass. The gate
-    that keeps bf16 operands off the TMA kernel below a wave of 128 x 128 tiles (its cast pass
-    does not pay there) does not apply to it. On the H100 (2026-12-07), gemm_sigmoid's bf16 model
-    took the pointer kernel's 128 x 256 tiles: 64 programs for 132 SMs, 0.098 ms, against 0.087
-    for the fp32 model's fp16x1 TMA kernel and its split pass. Cross-compiled for sm_90, not
-    run."""
-    src = tmp_path / "sigmoid_bf16.py"
-    src.write_text(BF16_LINEAR_SIGMOID)
+BF16_LINEAR_ROW_MEAN = BF16_LINEAR_SIGMOID.replace(
+    "torch.sigmoid(self.fc(x))", "self.fc(x).mean(dim=-1, keepdim=True)").replace(
+    "nn.Linear(1024, 4096)", "nn.Linear(256, 512)").replace("(512, 1024)", "({rows}, 256)")
+
+
+@pytest.mark.parametrize("what", ["sigmoid", "row_mean"])
+def test_a_bf16_models_gemm_takes_the_tma_kernel_where_its_a_needs_no_pass(tmp_path,
+                                                                           monkeypatch, what):
+    """A bf16 model's A is read by the TMA kernel where it lies, with no cast pass, so the
+    gates that keep bf16 operands off the TMA kernel for the pass's sake do not apply to it:
+    under a wave of 128 x 128 tiles (sigmoid: 512 x 4096, 128 tiles for 132 SMs), and before
+    a rows kernel that finishes a row reduction over a wide N (row_mean: N = 512). On the H100
+    (2026-12-07) the bf16 models of gemm_sigmoid and gemm_row_mean_tall took the pointer
+    kernel's 128 x 256 tiles, 0.67x the matched route each. Cross-compiled for sm_90 (not
+    run); the row mean's TMA kernel and rows kernel also verify in the interpreter."""
+    src = tmp_path / f"{what}_bf16.py"
+    src.write_text(BF16_LINEAR_SIGMOID if what == "sigmoid"
+                   else BF16_LINEAR_ROW_MEAN.replace("{rows}", "1024"))
     pkg = tmp_path / "hopper"
     kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
            "--rounds", "0", cache=tmp_path / "cache")
     report = json.loads((pkg / "report.json").read_text())
     (region,) = [r for r in report["regions"] if "matmul" in r["fused"]]
     source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
-    assert "'TMA': True" in source and "'BLOCK_N': 128" in source, source[:600]
+    assert "'TMA': True" in source, source[:600]
+    assert "'BLOCK_N': 128" in source if what == "sigmoid" else "_rows[" in source
     assert "a_desc = tl.make_tensor_descriptor(arg" in source and "_cast_a(" not in source
+    if what == "row_mean":      # the same kernels, run: in the interpreter at 48 rows
+        monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+        small = tmp_path / "cpu"
+        small.mkdir()
+        _, cpu_pkg, report = _compile_bf16_on_cpu(
+            small, "row_mean_bf16.py", BF16_LINEAR_ROW_MEAN.replace("{rows}", "48"))
+        (region,) = report["regions"]
+        assert region["status"] == "verified", region.get("message")
+        text = (cpu_pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+        assert "a_desc = tl.make_tensor_descriptor(arg" in text and "_rows[" in text
