@@ -254,7 +254,7 @@ class Emitter:
         self.fast_math = False
         # a bf16 model's region under the bf16 policy (Builder.emitter): its bf16 values are
         # held as fp32 and not rounded between its ops, only where they are stored, as
-        # Inductor computes a bf16 model's fused ops (`widen16`, docs/engine.md)
+        # Inductor computes a bf16 model's fused ops (`widen16`, docs/builtin-provider.md)
         self.widen16 = False
         self.root: Scope | None = None
         self.split_sums: dict[str, int] = {}    # materialized split-K partials: name -> slices
@@ -549,8 +549,8 @@ class Emitter:
             # (libdevice has no bf16 functions: `libdevice.tanh` of a bf16 value did not
             # compile on the GPU, H100 2026-12-07, while the interpreter, which holds bf16
             # values as fp32, verified it)
-            narrow = s.type in _NARROW_TL and not (s.type == "bf16" and self.hold16) \
-                and s.op not in _EXACT_BF16
+            narrow = s.type in _NARROW_TL and self.target.bf16_math_ok \
+                and not (s.type == "bf16" and self.widen16) and s.op not in _EXACT_BF16
             wide = s.type == "bf16" and self.widen16     # its arguments are fp32 already
             if narrow:
                 a = [f"{x.code}.to(tl.float32)" if x.dtype in _NARROW_TL and x.literal is None
