@@ -425,3 +425,47 @@ def test_a_bf16_models_gemm_takes_the_tma_kernel_where_its_a_needs_no_pass(tmp_p
         assert region["status"] == "verified", region.get("message")
         text = (cpu_pkg / "kernels" / region["hash"] / "kernel.py").read_text()
         assert "a_desc = tl.make_tensor_descriptor(arg" in text and "_rows[" in text
+
+
+LAYER_NORM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """torch-mlir computes a layer norm's variance in float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(256)
+
+    def forward(self, x):
+        return self.norm(x * 4.0 + 1.0)
+
+
+def get_inputs():
+    return [torch.randn(32, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_float64_is_computed_in_fp32_under_the_1e2_policies(tmp_path):
+    """torch-mlir widens a layer norm's variance to float64. Under bf16 and tf32 (tolerance
+    1e-2) the builtin computes it in fp32: a row of 8192 held in f64 doubles the registers of
+    fuse_layer_norm_rows's kernel (0.81x the matched route, H100 2026-12-07). strict keeps
+    float64. Each package verifies (the interpreter, against float64) and runs."""
+    src = tmp_path / "layer_norm.py"
+    src.write_text(LAYER_NORM)
+    for policy, f64 in (("bf16", False), ("tf32", False), ("strict", True)):
+        pkg = tmp_path / policy
+        kforge("compile", src, "-o", pkg, "--target", "cpu", "--precision", policy,
+               "--rounds", "0", cache=tmp_path / "cache")
+        report = json.loads((pkg / "report.json").read_text())
+        assert all(r["status"] == "verified" for r in report["regions"]), report["regions"]
+        sources = "".join(p.read_text() for p in (pkg / "kernels").rglob("kernel.py"))
+        assert ("tl.float64" in sources) == f64, (policy, sources[:2000])
+        proc = kforge("run", pkg, "--check", cache=tmp_path / "cache")
+        assert "): OK" in proc.stdout, proc.stdout

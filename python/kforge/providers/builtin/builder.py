@@ -95,6 +95,8 @@ class Builder:
         em.fast_math = self.precision == "bf16" and \
             os.environ.get("KFORGE_BUILTIN_FASTMATH", "1") != "0"
         em.widen16 = self.widen16
+        em.demote64 = self.precision in ("bf16", "tf32") and \
+            os.environ.get("KFORGE_BUILTIN_F64", "0") != "1"
         return em
 
     @property
