@@ -382,27 +382,28 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         return _opt_in_tma_configs(spec, target, precision, stage, scheme)
     if _starved_by_tma(spec, target, precision, stage, scheme):
         return []
-    if scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1":
-        if bf16_a_source(spec, con) is None:
-            # bf16 operands: its cast pass pays only where a wave of 128 x 128 tiles fills the
-            # SMs and the stage has no row reduction (measured with a fused one: TMA_DEFAULT)
-            if stage.reductions or _tiles_128(con) < target.compute_units:
-                return []
-        elif stage.reductions and con.extent(con.n) <= 256:
-            # a bf16 model's A is read where it lies, with no pass: the TMA kernel comes first
-            # under a wave too, and where a rows kernel finishes a reduction over a wide N,
-            # but not where the reduction is fused on the tile (not measured without the pass).
-            # H100 2026-12-07, the bf16 models: gemm_sigmoid (512 x 8192 x 4096) took the
-            # pointer kernel's 128 x 256 tiles, 64 programs, 0.098 ms (the fp32 model's fp16x1
-            # TMA kernel, 128 programs and a split pass, 0.087; cuBLAS 0.058);
-            # gemm_row_mean_tall (32768 x 1024 x 1024, then a row mean) 0.67x the matched route
-            return []
+    # bf16 operands, unless KFORGE_BUILTIN_TMA=1 (the interpreter: tested, not timed)
+    gated = scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1"
+    if gated and bf16_a_source(spec, con) is None \
+            and (stage.reductions or _tiles_128(con) < target.compute_units):
+        # its cast pass pays only where a wave of 128 x 128 tiles fills the SMs and the stage
+        # has no row reduction (measured with a fused one: TMA_DEFAULT)
+        return []
     problem = dict(problem_of(spec, stage), precision=precision)
     tiles = [c for c in target.configs("gemm", dict(problem, precision="bf16"))
              if c.get("SPLIT_K", 1) == 1]
     # the target fuses the row reduction into the tile where its tiles span N
     fused = bool(stage.reductions and problem.get("full_rows") and tiles) \
         and tiles[0]["BLOCK_N"] >= con.extent(con.n)
+    if gated and fused:
+        # a bf16 model's A is read where it lies, with no pass: the TMA kernel comes first
+        # under a wave too, and where a rows kernel finishes a reduction over a wide N, but not
+        # where the reduction is fused on the tile (not measured without the pass).
+        # H100 2026-12-07, the bf16 models: gemm_sigmoid (512 x 8192 x 4096) took the pointer
+        # kernel's 128 x 256 tiles, 64 programs, 0.098 ms (the fp32 model's fp16x1 TMA kernel,
+        # 128 programs and a split pass, 0.087; cuBLAS 0.058); gemm_row_mean_tall (32768 x
+        # 1024 x 1024, then a row mean) 0.67x the matched route
+        return []
     keep = 2                # TMA configurations offered: the target's first two, or `own`
     if fused and not target.interpreter:
         # row reductions on the tile hold the row's values beside the accumulator: at most 64
