@@ -402,7 +402,9 @@ def test_a_bf16_models_gemm_takes_the_tma_kernel_where_its_a_needs_no_pass(tmp_p
     a rows kernel that finishes a row reduction over a wide N (row_mean: N = 512). On the H100
     (2026-12-07) the bf16 models of gemm_sigmoid and gemm_row_mean_tall took the pointer
     kernel's 128 x 256 tiles, 0.67x the matched route each. Cross-compiled for sm_90 (not
-    run); the row mean's TMA kernel and rows kernel also verify in the interpreter."""
+    run); the row mean's TMA kernel and rows kernel also verify in the interpreter. The row
+    mean's GEMM hands its rows kernel the Linear's output as the model rounds it, in bf16 (the
+    product plus the bias, `truncf`), not the fp32 product (kernels.rounded_handoff)."""
     src = tmp_path / f"{what}_bf16.py"
     src.write_text(BF16_LINEAR_SIGMOID if what == "sigmoid"
                    else BF16_LINEAR_ROW_MEAN.replace("{rows}", "1024"))
@@ -415,6 +417,12 @@ def test_a_bf16_models_gemm_takes_the_tma_kernel_where_its_a_needs_no_pass(tmp_p
     assert "'TMA': True" in source, source[:600]
     assert "'BLOCK_N': 128" in source if what == "sigmoid" else "_rows[" in source
     assert "a_desc = tl.make_tensor_descriptor(arg" in source and "_cast_a(" not in source
+    if what == "row_mean":
+        # the handoff: a bf16 [1024, 512] temporary, the bias added in the GEMM's epilogue
+        assert "torch.empty((1024, 512), device=device, dtype=torch.bfloat16)" in source
+        assert "dtype=torch.float32" not in source, source
+        gemm_src = source.split("_rows(")[0]
+        assert "tl.load(arg" in gemm_src.split("acc = tl.dot")[-1], gemm_src
     if what == "row_mean":      # the same kernels, run: in the interpreter at 48 rows
         monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
         small = tmp_path / "cpu"

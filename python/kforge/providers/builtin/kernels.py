@@ -21,7 +21,7 @@ from kforge.providers.builtin.rows import build_elementwise, build_rows
 from kforge.providers.builtin.schemes import (FP16X3, FP16_SCHEMES, bf16_a_source,
                                               fp16x3_eligible, gemm_input_precisions,
                                               stage_configs, tma_configs)
-from kforge.spec import KernelSpec
+from kforge.spec import GenericOp, KernelSpec
 
 
 def generate_source(spec: KernelSpec, target, precision: str, config: dict,
@@ -127,13 +127,15 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         b.split_sums[vc] = split_k
         _epilogues(b, outputs, config, stem)
     elif stage.reductions and not fuse:
-        build_gemm(b, stage, [vc], config, f"{stem}_gemm", False)
-        b.temporaries[vc] = None            # the product, read back by the rows kernel
+        # the GEMM kernel stores the product (or the model's own bf16 rounding of it), which
+        # the rows kernel reads back; the rows kernel stores the rest
+        handoff = rounded_handoff(spec, vc)
+        build_gemm(b, stage, [handoff], config, f"{stem}_gemm", False)
+        b.temporaries[handoff] = None
         rows_config = config.get("rows") or target.configs(
             "rows", {"rows": stage.rows, "cols": stage.cols})[0]
-        # the GEMM kernel stored the product; the rows kernel stores the rest
-        build_rows(b, [o for o in outputs if o != vc], stage.rows, stage.cols, rows_config,
-                   f"{stem}_rows")
+        build_rows(b, [o for o in outputs if o not in (vc, handoff)], stage.rows, stage.cols,
+                   rows_config, f"{stem}_rows")
     elif not stage.reductions:
         if gemm_outputs_on_tile(spec, stage):
             saved = b.snapshot()
@@ -149,6 +151,36 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         _epilogues(b, outputs, config, stem)
     else:
         build_gemm(b, stage, outputs, config, f"{stem}_gemm", fuse)
+
+
+def rounded_handoff(spec: KernelSpec, vc: str) -> str:
+    """What a GEMM stage hands its rows kernel: the product `vc`, or, where the region rounds
+    it to bf16 on the way (a bf16 model's Linear: product, bias, `truncf`), the last bf16 value
+    of the chain of elementwise ops that alone read the product. Each link is the only reader of
+    the one before, same shape, read and written at the identity index (its other operands,
+    a bias, any); not a region result. The rows kernel then reads half the bytes, rounded where
+    the model rounds (H100 2026-12-07: a bf16 model's row mean over 32768 x 1024 read an fp32
+    product, 0.67x torch.compile, whose mm writes bf16)."""
+    shape = spec.tensor(vc).shape
+    cur, best = vc, vc
+    while cur not in spec.results:
+        users = spec.users(cur)
+        if len(users) != 1 or not isinstance(users[0], GenericOp):
+            break
+        op = users[0]
+        if op.reduction_dims or len(op.results) != 1 or op.operands.count(cur) != 1 \
+                or op.operands.index(cur) >= op.num_inputs:
+            break
+        nxt = op.results[0]
+        ident = tuple(range(len(shape)))
+        read, wrote = op.indexing_maps[op.operands.index(cur)], op.indexing_maps[op.num_inputs]
+        if spec.tensor(nxt).shape != shape or wrote.num_dims != len(shape) \
+                or read.result_dims() != ident or wrote.result_dims() != ident:
+            break
+        cur = nxt
+        if cur not in spec.results and spec.tensor(cur).dtype == "bf16":
+            best = cur
+    return best
 
 
 def _both_products_in_one_kernel(stage: RegionShape, config: dict) -> bool:
