@@ -477,3 +477,91 @@ def test_float64_is_computed_in_fp32_under_the_1e2_policies(tmp_path):
         assert ("tl.float64" in sources) == f64, (policy, sources[:2000])
         proc = kforge("run", pkg, "--check", cache=tmp_path / "cache")
         assert "): OK" in proc.stdout, proc.stdout
+
+
+BF16_LONG_K = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """gemm_max_const_long_k's shape class cast to bf16: few output tiles, a long K."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear({K}, {N})
+        self.to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.clamp(self.fc(x), max=0.5)
+
+
+def get_inputs():
+    return [torch.randn({M}, {K}).bfloat16()]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_bf16_models_long_k_gemm_takes_the_tma_kernel_with_split_k(tmp_path, monkeypatch):
+    """A bf16 model's GEMM with few output tiles and a long K (gemm_max_const_long_k: 256 x
+    1024, K = 32768, 16 tiles of 128 x 128 for 132 SMs) takes the TMA kernel with split-K
+    first: 8 K slices, 128 programs, fp32 partial products summed by the epilogue kernel.
+    Before, the pointer kernel's split-K tiles (0.78x max-autotune on the H100, 07c).
+    Cross-compiled for sm_90 (not run); the same kernel at a smaller size runs in the
+    interpreter against the region's reference."""
+    src = tmp_path / "long_k_bf16.py"
+    src.write_text(BF16_LONG_K.format(M=256, K=32768, N=1024))
+    pkg = tmp_path / "hopper"
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", cache=tmp_path / "cache")
+    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "'SPLIT_K': 8" in source and "'TMA': True" in source, source[:700]
+    assert "a_desc = tl.make_tensor_descriptor(arg" in source and "_cast_a(" not in source
+    assert "for unit in tl.range(pid, num_pid_m * num_pid_n * 8, NUM_SMS" in source
+    assert "_gemm_partial[(128,)]" in source and "_epilogue[" in source
+    # the same kernel in the interpreter: 64 x 128, K = 2048 in 4 slices
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    sys.path.insert(0, str(REPO / "python"))
+    import importlib.util
+
+    import torch
+    from kforge.providers.builtin import generate_source
+    from kforge.reference import reference_fn
+    from kforge.spec import load_spec
+    from kforge.targets import get_target
+    small = tmp_path / "small.py"
+    small.write_text(BF16_LONG_K.format(M=64, K=2048, N=128))
+    spkg = tmp_path / "small_pkg"
+    kforge("compile", small, "-o", spkg, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", cache=tmp_path / "cache")
+    (region,) = json.loads((spkg / "report.json").read_text())["regions"]
+    spec = load_spec(spkg / "regions" / f"{region['hash']}.json")
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 4,
+              "num_warps": 8, "num_stages": 4, "TMA": True}
+    code = generate_source(spec, get_target("cpu"), "bf16", config)
+    assert "for k0 in range(pid_k * BLOCK_K, 2048, BLOCK_K * 4):" in code
+    path = tmp_path / "split_k_tma.py"
+    path.write_text(code)
+    mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    g = torch.Generator().manual_seed(0)
+    args = []
+    for a in spec.args:
+        t = torch.randn(a.shape, generator=g)
+        if a.weight and len(a.shape) >= 2:
+            t = t / a.shape[1] ** 0.5
+        args.append(t.to(torch.bfloat16))
+    (expected,) = reference_fn(spec)(*args)
+    if hasattr(module, "prepare_weights"):
+        prepared = module.prepare_weights({i: args[i] for i, a in enumerate(spec.args)
+                                           if a.weight})
+        for i, t in prepared.items():
+            args[i] = t
+    (got,) = module.launch(*args)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got.float(), expected.float(), atol=1e-2, rtol=1e-2)

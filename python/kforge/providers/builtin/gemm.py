@@ -148,7 +148,7 @@ def build_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
 def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
                fuse_rows: bool, split_k: int = 1) -> None:
     if config.get("TMA"):
-        _emit_gemm_tma(b, shape, outputs, config, name, fuse_rows)
+        _emit_gemm_tma(b, shape, outputs, config, name, fuse_rows, split_k)
         return
     spec, target, con = b.spec, b.target, shape.contraction
     op = con.op
@@ -421,11 +421,14 @@ def _emit_cast_pass(b: Builder, shape: RegionShape, out: str, name: str, M: int,
 
 
 def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
-                   name: str, fuse_rows: bool) -> None:
+                   name: str, fuse_rows: bool, split_k: int = 1) -> None:
     """A persistent GEMM: min(tiles, SMs) programs walk the output tiles in grouped order; A
     (the cast pass's bf16 copy) and B (the bf16 weight [N, K]) arrive through in-kernel TMA
     descriptors, num_stages deep; fp32 accumulation; the region's epilogue on the tile, stored
-    with masked tl.store."""
+    with masked tl.store. split_k > 1 (bf16 operands, no partner, row reduction or column
+    parts): the programs walk (K slice, tile) units, each K slice every split_k-th BLOCK_K
+    step of K, and store their fp32 partial products into the workspace `<product>_tmp`
+    [split_k, M, N]; the epilogue kernel sums the slices (as the pointer kernel's split-K)."""
     spec, target, con = b.spec, b.target, shape.contraction
     op = con.op
     M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
@@ -433,11 +436,14 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     if fuse_rows and BN < N:
         raise CannotGenerate("fused row reductions need BLOCK_N >= N")
     scheme = config.get("input_precision")
-    if not tma_eligible(spec, target, b.precision, shape, scheme) \
-            or config.get("SPLIT_K", 1) > 1:
+    if not tma_eligible(spec, target, b.precision, shape, scheme):
         raise CannotGenerate(f"{op.name}: the TMA kernel takes 2-D bf16, fp16x1, fp16x3 or "
-                             "tf32 products of a K-major weight with K % 8 == 0, without "
-                             "split-K")
+                             "tf32 products of a K-major weight with K % 8 == 0")
+    if split_k > 1 and (scheme is not None or b.precision != "bf16" or fuse_rows
+                        or shape.partner is not None or config.get("N_PARTS", 1) > 1
+                        or config.get("PAIRED")):
+        raise CannotGenerate(f"{op.name}: split-K on the TMA kernel takes bf16 operands, "
+                             "one product and no fused row reduction")
     bf16_ops = b.precision == "bf16" and not scheme
     weight = weight_source(spec, op.operands[con.b], widened=bf16_ops)
     # bf16: the cast pass's copy; fp16x1 / fp16x3: the split's planes ([hi, lo]: rows M..2M-1
@@ -457,7 +463,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     # over the tile; in 4 slices 162-244 registers, none spilled), and each slice's store
     # converts a slice, not the tile, through shared memory (a fused row reduction needs the
     # whole row: one slice)
-    epi_slices = 1 if fuse_rows else config.get("EPI_SPLIT", 1)
+    epi_slices = 1 if fuse_rows or split_k > 1 else config.get("EPI_SPLIT", 1)
     # N_PARTS (fp16x3): the tile's columns in parts, each with its own accumulator and its own
     # fresh `part` a K step, sharing the step's A tiles. A 128 x 256 tile reads A's two planes
     # once for 256 columns instead of twice for two 128-column tiles, with the registers of
@@ -511,7 +517,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
             b.fp16_weights[weight_p] = ((0,), planes)
     top = Scope(None)
     tiles = -(-M // BM) * (N // (BN // 2) if weight_p is not None else -(-N // BN))
-    programs = max(1, min(tiles, target.compute_units))
+    programs = max(1, min(tiles * split_k, target.compute_units))
     top.emit("pid = tl.program_id(0)")
     top.emit(f"num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M")
     if weight_p is not None:        # a tile: BLOCK_N / 2 output columns of each product
@@ -535,8 +541,17 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     top.emit("# persistent: NUM_SMS programs walk the tiles in grouped order (GROUP_M row tiles "
              "share their B tiles in L2)")
     pipe = "flatten=True" if config.get("FLATTEN") else "num_stages=1"
-    tile = Scope(top, binds={"rm", "rn"} if epi_slices == 1 else {"rm"}, depth=2,
-                 header=f"for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, {pipe}):")
+    if split_k > 1:
+        # units of (K slice, tile): the programs that run at once take neighbouring tiles of
+        # one K slice (their A and B blocks shared in L2)
+        units = f"num_pid_m * num_pid_n * {split_k}"
+        tile = Scope(top, binds={"rm", "rn"}, depth=2,
+                     header=f"for unit in tl.range(pid, {units}, NUM_SMS, {pipe}):")
+        tile.emit("pid_k = unit // (num_pid_m * num_pid_n)")
+        tile.emit("tile = unit % (num_pid_m * num_pid_n)")
+    else:
+        tile = Scope(top, binds={"rm", "rn"} if epi_slices == 1 else {"rm"}, depth=2,
+                     header=f"for tile in tl.range(pid, num_pid_m * num_pid_n, NUM_SMS, {pipe}):")
     em.root = tile
     _emit_grouped_tile(tile, "tile")
     tile.emit("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
@@ -545,7 +560,8 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     parts = [f"acc_{j}" for j in range(n_parts)] if n_parts > 1 else ["acc"]
     for a in parts:
         tile.emit(f"{a} = tl.full([BLOCK_M, {w_rows}], 0.0, tl.float32)")
-    loop = Scope(tile, depth=3, header=f"for k0 in range(0, {K}, BLOCK_K):")
+    loop = Scope(tile, depth=3, header=f"for k0 in range(pid_k * BLOCK_K, {K}, BLOCK_K * "
+                 f"{split_k}):" if split_k > 1 else f"for k0 in range(0, {K}, BLOCK_K):")
     if scheme == FP16X3:
         loop.emit("a_hi = a_desc.load([pid_m * BLOCK_M, k0])  # A's hi plane, zero past K")
         loop.emit(f"a_lo = a_desc.load([{M} + pid_m * BLOCK_M, k0])  # its lo plane")
@@ -587,6 +603,23 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
     p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
     tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    if split_k > 1:
+        # the K slice's partial product into the workspace; the epilogue kernel sums them
+        vc = op.results[0]
+        ws = f"{vc}_tmp"
+        store_tile(tile, em, f"{ws} + pid_k * {M * N}", ix.ravel(tile_index, spec.tensor(vc).shape),
+                   Val("acc", frozenset({"rm", "rn"}), "f32"))
+        tile.close()
+        b.tma = True
+        b.finish(em, name, [], {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
+                                "GROUP_M": config["GROUP_M"], "NUM_SMS": programs}, top.lines,
+                 f"({programs},)", config["num_warps"], config.get("num_stages"),
+                 options=target.launch_options(config),
+                 comment=f"split-K partial products ({split_k} slices of K={K}) of {op.name} "
+                 f"M={M} N={N}; persistent, operands by TMA (bf16)")
+        b.kernels[-1].params.append(ws)
+        b.kernels[-1].tensors.append(vc)
+        return
     tma_out = _tma_store_outputs(b, top, con, tile_index, outputs, epi_n) \
         if config.get("TMA_STORE") else {}
     accs = parts

@@ -381,7 +381,7 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if precision != "bf16" and scheme != FP16X1:     # strict / tf32: fp16x3, or tf32's own
         return _opt_in_tma_configs(spec, target, precision, stage, scheme)
     if _starved_by_tma(spec, target, precision, stage, scheme):
-        return []
+        return _split_k_tma_configs(spec, target, precision, stage, scheme)
     # bf16 operands, unless KFORGE_BUILTIN_TMA=1 (the interpreter: tested, not timed)
     gated = scheme is None and not target.interpreter and os.environ.get(TMA_ENV) != "1"
     if gated and bf16_a_source(spec, con) is None \
@@ -457,6 +457,27 @@ def _starved_by_tma(spec: KernelSpec, target, precision: str, stage: RegionShape
         return False
     first = stage_configs(spec, target, precision, stage, scheme)[:1]
     return bool(first) and first[0].get("SPLIT_K", 1) > 1
+
+
+def _split_k_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                         scheme: str | None) -> list[dict]:
+    """A bf16 model's GEMM that _starved_by_tma keeps off the one-program-a-tile TMA kernel:
+    the TMA kernel with split-K instead, 128 x 128 x 64 tiles (8 warps, 4 stages) and enough K
+    slices for the SMs, each at least 4 K steps; the epilogue kernel sums the slices. Its A is
+    read where it lies (bf16_a_source: no cast pass). Other schemes and policies: none.
+    H100 2026-12-07 (07c): gemm_max_const_long_k's bf16 model (256 x 1024, K = 32768) on the
+    pointer kernel's split-K tiles ran 0.080 ms, 0.78x max-autotune; cuBLAS 0.052. Not timed
+    on a GPU yet."""
+    con = stage.contraction
+    if scheme is not None or precision != "bf16" or stage.reductions \
+            or stage.partner is not None or bf16_a_source(spec, con) is None:
+        return []
+    tiles = _tiles_128(con)
+    steps = -(-con.extent(con.k) // 64)
+    split = min(max(1, target.compute_units // tiles), steps // 4)
+    if split < 2:
+        return []
+    return [_cfg_tile(128, 128, 64, 8, 4, 8, SPLIT_K=split, TMA=True)]
 
 
 def _tiles_128(con: Contraction) -> int:
