@@ -565,3 +565,37 @@ def test_a_bf16_models_long_k_gemm_takes_the_tma_kernel_with_split_k(tmp_path, m
     (got,) = module.launch(*args)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     torch.testing.assert_close(got.float(), expected.float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("what", ["mean", "amax"])
+def test_partial_row_reductions_over_a_wide_n_verify(tmp_path, monkeypatch, what):
+    """KFORGE_BUILTIN_PARTIAL=1: a bf16 model's Linear then a row mean (a sum, then / N) or a
+    row max over N = 512, wider than the tile: each TMA GEMM tile reduces its own columns
+    into partials ([M, N / BLOCK_N] fp32, no initial value), a rows kernel reduces those and
+    finishes the row, and no product is stored. Verified in the interpreter against the
+    region's reference; cross-compiled for sm_90 at 1024 rows. Opt-in, not timed."""
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
+    text = BF16_LINEAR_ROW_MEAN if what == "mean" else BF16_LINEAR_ROW_MEAN.replace(
+        "self.fc(x).mean(dim=-1, keepdim=True)", "torch.amax(self.fc(x), dim=-1, keepdim=True)")
+    src = tmp_path / f"{what}_bf16.py"
+    src.write_text(text.replace("{rows}", "1024"))
+    pkg = tmp_path / "hopper"
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", cache=tmp_path / "cache")
+    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "'PARTIAL': True" in source and "'TMA': True" in source, source[:600]
+    assert "partials over the tile's columns" in source and "from its partials" in source
+    assert "dtype=torch.float32)  # " in source and ", 4), device=device" in source
+    assert "(1024, 512)" not in source           # the product is not stored
+    proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
+    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    small = tmp_path / "cpu"
+    small.mkdir()
+    _, cpu_pkg, report = _compile_bf16_on_cpu(small, f"{what}_cpu.py",
+                                              text.replace("{rows}", "48"))
+    (region,) = report["regions"]
+    assert region["status"] == "verified", region.get("message")
+    text = (cpu_pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "'PARTIAL': True" in text and "from its partials" in text, text[:600]

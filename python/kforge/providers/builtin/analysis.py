@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 
 from kforge.providers.builtin import indexing as ix
-from kforge.providers.builtin.emitter import CannotGenerate, domain_sizes
-from kforge.reference import recognize_contraction
+from kforge.providers.builtin.emitter import REDUCERS, CannotGenerate, domain_sizes
+from kforge.reference import recognize_combiner, recognize_contraction
 from kforge.spec import GenericOp, KernelSpec, affine_dims
 
 
@@ -236,6 +236,45 @@ def _storable(spec: KernelSpec, stage: RegionShape, value: str, cut: int = FUSED
         return True      # a GEMM stage without them finishes moved outputs itself (_epilogues)
     return numel == stage.rows or (cut < NARROW and numel == stage.rows * stage.cols and
                                    row_index(shape, stage.rows, stage.cols) is not None)
+
+
+def partial_reductions(spec: KernelSpec, stage: RegionShape) -> list[str] | None:
+    """The reduction results of a GEMM stage whose row reductions a GEMM tile can reduce over
+    its own columns and a rows kernel finish from the tiles' partials (kernels._build_stage,
+    PARTIAL), or None: a 2-D product with no partner; every reduction over the product's N
+    for each of its M rows; every combiner a sum, max or min (kforge's REDUCERS); no reduction
+    reading another's result (a mean then a variance, a max then a sum of exponentials: those
+    need the whole row); the stage storing only values of one per row."""
+    con = stage.contraction
+    if stage.kind != "gemm" or not stage.reductions or stage.partner is not None \
+            or con is None or con.batch:
+        return None
+    M, N = con.extent(con.m), con.extent(con.n)
+    if (stage.rows, stage.cols) != (M, N) \
+            or any(math.prod(spec.tensor(o).shape) != M for o in stage.stores):
+        return None
+    # (a result nothing reads is left out: amax's index beside its value)
+    used = lambda r: bool(spec.users(r)) or r in spec.results     # noqa: E731
+    results = [r for op in stage.reductions for r in op.results if used(r)]
+    vc = con.op.results[0]
+    for op in stage.reductions:
+        for j, r in enumerate(op.results):
+            comb = recognize_combiner(op, j)
+            if used(r) and (comb is None or comb[0] not in REDUCERS):
+                return None
+        # what the reduction reads, back to the product: no other reduction's result
+        seen, todo = set(), list(op.operands[:op.num_inputs])
+        while todo:
+            v = todo.pop()
+            if v in seen or v == vc:
+                continue
+            seen.add(v)
+            if v in results:
+                return None
+            prod = spec.producer(v)
+            if prod is not None:
+                todo.extend(prod.operands)
+    return results
 
 
 def problem_of(spec: KernelSpec, shape: RegionShape) -> dict:

@@ -74,6 +74,11 @@ class Builder:
         # a partner's weight read through its sibling's: weight -> (partner weight, rows a
         # block, N, K); prepare_weights interleaves their rows (host.PAIR_WEIGHTS)
         self.paired_weights: dict[str, tuple[str, int, int, int]] = {}
+        # the GEMM kernel being built stores partial row reductions (kernels._build_stage,
+        # PARTIAL): reduction result -> (its [M, parts] fp32 buffer, parts)
+        self.gemm_partials: dict[str, tuple[str, int]] = {}
+        # the rows kernel being built reduces those results from the partials
+        self.rows_partials: dict[str, tuple[str, int]] = {}
 
     def snapshot(self) -> dict:
         """The bookkeeping so far, to undo a kernel that could not be generated."""

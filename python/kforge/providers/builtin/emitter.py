@@ -268,6 +268,12 @@ class Emitter:
         self.combiners_used: dict[str, None] = {}   # reduction combine functions needed
         self.plane = 0                          # the plane being read (operand_reads)
         self.load_index: dict[str, tuple] = {}  # tensor -> the index it was last loaded at
+        # partial row reductions (kernels._build_stage, PARTIAL): in the GEMM kernel a
+        # reduction's result is its tile's partial (over the tile's columns, fp32, without the
+        # initial value); in the rows kernel after it, a reduction result named here is
+        # reduced from its partials: result -> (its [rows, parts] fp32 buffer, parts)
+        self.raw_partials = False
+        self.partials: dict[str, tuple[str, int]] = {}
 
     @contextmanager
     def operand_reads(self, plane: int = 0):
@@ -631,6 +637,11 @@ class Emitter:
         # 16-bit reductions accumulate in fp32 (as PyTorch's do) and round once at the end
         acc_dtype = "f32" if dtype in ("bf16", "f16") or (dtype == "f64" and self.demote64) \
             else dtype
+        if op.results[j] in self.partials:
+            reducer, neutral, combine = REDUCERS[comb[0]]
+            self.combiners_used.setdefault(reducer, None)
+            r = self._reduce_partials(op.results[j], index, reducer, neutral, dtype)
+            return self._with_init(op, j, index, scope, r, neutral, combine, dtype)
         red = op.reduction_dims
         extent = math.prod(sizes[d] for d in red)
         if extent != cols.extent:
@@ -656,10 +667,16 @@ class Emitter:
                 fcode = f"{fcode}.to(tl.float32)"
             if col_mask:
                 fcode = f"tl.where({col_mask}, {fcode}, {literal(neutral)})"
+            if self.raw_partials:       # the tile's partial: fp32, no initial value
+                return self.define(root, f.deps - {cols.var},
+                                   f"tl.reduce({fcode}, 1, {reducer}, keep_dims=True)", "f32",
+                                   f"{op.name} ({comb[0]}), this tile's columns", stem="r")
             r = self.define(root, f.deps - {cols.var}, self.narrowed(
                 f"tl.reduce({fcode}, 1, {reducer}, keep_dims=True)", dtype),
                 dtype, f"{op.name} ({comb[0]})", stem="r")
         else:
+            if self.raw_partials:
+                raise CannotGenerate(f"{op.name}: partial reductions over looped columns")
             acc = self.fresh("acc")
             root.emit(f"{acc} = tl.full({cols.tile}, {literal(neutral)}, {TL_DTYPES[acc_dtype]})")
             loop = Scope(root, binds={cols.var}, depth=root.depth + 1,
@@ -672,6 +689,12 @@ class Emitter:
             r = self.define(root, f.deps - {cols.var}, self.narrowed(
                 f"tl.reduce({acc}, 1, {reducer}, keep_dims=True)", dtype),
                 dtype, f"{op.name} ({comb[0]})", stem="r")
+        return self._with_init(op, j, index, scope, r, neutral, combine, dtype)
+
+    def _with_init(self, op: GenericOp, j: int, index: tuple, scope: Scope, r: Val, neutral,
+                   combine: str, dtype: str) -> Val:
+        """A reduction's value `r` combined with the op's initial value (none where it is the
+        combiner's neutral element)."""
         init_name = op.inits[j]
         init_const = self.init_constant(init_name)
         if init_const is not None and (init_const == neutral or (
@@ -680,6 +703,30 @@ class Emitter:
         init = self.value(init_name, index, scope)
         return self.define(scope, r.deps | init.deps, self.narrowed(
             combine.format(init.code, r.code), dtype), dtype, "combine with the initial value")
+
+    def _reduce_partials(self, name: str, index: tuple, reducer: str, neutral,
+                         dtype: str) -> Val:
+        """The reduction result `name` at its row `index`, from the GEMM tiles' partials: its
+        [rows, parts] fp32 buffer read over the kernel's columns (one block: parts is small),
+        reduced by the same combiner."""
+        cols = self.columns
+        if cols.looped:
+            raise CannotGenerate(f"{name}: partials are read in one block of columns")
+        buf, parts = self.partials[name]
+        ptr = self.pointers[buf]
+        self.loads.setdefault(buf, set()).add("other")
+        if parts != cols.extent:
+            raise CannotGenerate(f"{name}: {parts} partials a row, the kernel's rows have "
+                                 f"{cols.extent} columns")
+        row = ix.ravel(index, self.spec.tensor(name).shape)
+        deps = ix.variables(row) | {cols.var}
+        mask = self.mask_of(deps)
+        load = f"tl.load({ptr} + ({ix.render(row)}) * {parts} + {cols.var}"
+        load += f", mask={mask}, other={literal(neutral)})" if mask else ")"
+        x = self.define(self.root, deps, load, "f32", f"{name}: the tiles' partials", stem="x")
+        return self.define(self.root, deps - {cols.var}, self.narrowed(
+            f"tl.reduce({x.code}, 1, {reducer}, keep_dims=True)", dtype), dtype,
+            f"{name} from its partials", stem="r")
 
     def narrowed(self, code: str, dtype: str) -> str:
         """`code`, an fp32 result, as a value of the 16-bit type `dtype` (fp32 rounded to bf16

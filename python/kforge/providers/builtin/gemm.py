@@ -162,6 +162,8 @@ def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
              "batch": KVar("batch", None),
              "ka": KVar("ka", "ka < %d" % K if K % (BK * split_k) else None, ("1", "BLOCK_K")),
              "kb": KVar("kb", "kb < %d" % K if K % (BK * split_k) else None, ("BLOCK_K", "1"))}
+    if b.gemm_partials:
+        raise CannotGenerate("partial row reductions: on the TMA kernel")
     columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
     em = b.emitter(kvars, columns)
     root = Scope(None, binds={"rm", "rn", "batch"})
@@ -345,7 +347,7 @@ def _tma_store_outputs(b: Builder, top: Scope, con: Contraction, tile_index: tup
 def _emit_epilogue(b: Builder, em: Emitter, scope: Scope, con: Contraction, tile_index: tuple,
                    outputs: list[str], acc_dtype: str, tile_deps: frozenset,
                    acc: str = "acc", tma_out: dict | None = None,
-                   bound: dict | None = None) -> None:
+                   bound: dict | None = None, partials: dict | None = None) -> None:
     """The region's ops on the accumulator tile `acc` (bound in `scope`) and the stores of
     `outputs`: reading the product inlines to the tile. `tma_out`: {output: (its descriptor,
     the slice's first column)} for outputs stored by TMA (see _tma_store_outputs). `bound`:
@@ -377,6 +379,13 @@ def _emit_epilogue(b: Builder, em: Emitter, scope: Scope, con: Contraction, tile
             scope.emit(f"{desc}.store([pid_m * BLOCK_M, {col}], {val.code})")
         else:
             b.store(scope, em, o, f"{o}_out", index, val)
+    # partial row reductions: each reduction's partial over this tile's columns, stored at
+    # (row, pid_n) of its [M, parts] fp32 buffer (the rows kernel after reduces them)
+    for r, (ws, parts) in (partials or {}).items():
+        val = em.value(r, ix.unravel(ix.IVar("rm"), spec.tensor(r).shape), scope)
+        mask = em.mask_of({"rm"})
+        scope.emit(f"tl.store({ws}_out + rm * {parts} + pid_n, {val.code}"
+                   + (f", mask={mask})" if mask else ")") + f"  # {r}'s partials")
 
 
 def build_cast_pass(b: Builder, shape: RegionShape, out: str, name: str) -> None:
@@ -463,7 +472,10 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     # over the tile; in 4 slices 162-244 registers, none spilled), and each slice's store
     # converts a slice, not the tile, through shared memory (a fused row reduction needs the
     # whole row: one slice)
-    epi_slices = 1 if fuse_rows or split_k > 1 else config.get("EPI_SPLIT", 1)
+    partial = bool(b.gemm_partials)
+    if partial and (split_k > 1 or shape.partner is not None or config.get("N_PARTS", 1) > 1):
+        raise CannotGenerate("partial row reductions: one product, no split-K or column parts")
+    epi_slices = 1 if fuse_rows or partial or split_k > 1 else config.get("EPI_SPLIT", 1)
     # N_PARTS (fp16x3): the tile's columns in parts, each with its own accumulator and its own
     # fresh `part` a K step, sharing the step's A tiles. A 128 x 256 tile reads A's two planes
     # once for 256 columns instead of twice for two 128-column tiles, with the registers of
@@ -502,8 +514,9 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     b.descriptor_args.update({a16, weight, weight_p} & {a.name for a in spec.args})
     kvars = {"rm": KVar("rm", "rm < %d" % M if M % BM else None, ("BLOCK_M", "1")),
              "rn": KVar("rn", "rn < %d" % N if N % BN else None, ("1", epi_n))}
-    columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows else None
+    columns = ColumnSpace("rn", N, "[BLOCK_M, BLOCK_N]") if fuse_rows or partial else None
     em = b.emitter(kvars, columns)
+    em.raw_partials = partial
     em.loads.setdefault(a16, set()).add("dot")
     em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
     if weight_p is not None:
@@ -669,13 +682,17 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
         if weight_p is not None:
             bound[(partner.op.results[0], tile_index_p)] = Val(
                 accs_p[i], frozenset({"rm", "rn"}), "f32")
-        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
-                       acc=a, tma_out={o: (d, col) for o, d in tma_out.items()}, bound=bound)
+        _emit_epilogue(b, em, part, con, tile_index, [] if partial else outputs, "f32",
+                       frozenset({"rm", "rn"}), acc=a,
+                       tma_out={o: (d, col) for o, d in tma_out.items()}, bound=bound,
+                       partials=b.gemm_partials)
         if part is not tile:
             part.close()
     tile.close()
     b.tma = True
     fused = "; row reductions fused (one tile spans N)" if fuse_rows else ""
+    if partial:
+        fused = "; row reductions' partials over the tile's columns"
     constexprs = {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK, "GROUP_M": config["GROUP_M"],
                   "NUM_SMS": programs}
     if epi_slices > 1:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from kforge.providers.builtin.analysis import (RegionShape, analyze_region, unpaired,
-                                               weight_source)
+from kforge.providers.builtin.analysis import (RegionShape, analyze_region, partial_reductions,
+                                               unpaired, weight_source)
 from kforge.providers.builtin.builder import Builder
 from kforge.providers.builtin.emitter import CannotGenerate
 from kforge.providers.builtin.gemm import (build_cast_pass, build_gemm, build_split_pass,
@@ -126,6 +126,30 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         build_gemm(b, stage, [], config, f"{stem}_gemm_partial", False, split_k)
         b.split_sums[vc] = split_k
         _epilogues(b, outputs, config, stem)
+    elif stage.reductions and not fuse and config.get("PARTIAL"):
+        # each GEMM tile reduces its own columns into partials; the rows kernel reduces the
+        # partials and finishes the region (no product stored)
+        reds = partial_reductions(spec, stage)
+        if reds is None:
+            raise CannotGenerate("PARTIAL: reductions a tile cannot reduce over its columns")
+        M, parts = con.extent(con.m), -(-con.extent(con.n) // config["BLOCK_N"])
+        bufs = {r: (f"{r}_part", parts) for r in reds}
+        for r, (buf, _) in bufs.items():
+            b.temporaries[buf] = (f"torch.empty(({M}, {parts}), device=device, "
+                                  f"dtype=torch.float32)  # {r}: the GEMM tiles' partials")
+        rows_config = config.get("rows") or target.configs(
+            "rows", {"rows": stage.rows, "cols": parts})[0]
+        b.gemm_partials = bufs
+        try:
+            build_gemm(b, stage, [buf for buf, _ in bufs.values()], config, f"{stem}_gemm",
+                       False)
+        finally:
+            b.gemm_partials = {}
+        b.rows_partials = bufs
+        try:
+            build_rows(b, outputs, stage.rows, parts, rows_config, f"{stem}_rows")
+        finally:
+            b.rows_partials = {}
     elif stage.reductions and not fuse:
         # the GEMM kernel stores the product (or the model's own bf16 rounding of it), which
         # the rows kernel reads back; the rows kernel stores the rest

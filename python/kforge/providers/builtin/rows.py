@@ -64,6 +64,7 @@ def _emit_rows(b: Builder, outputs: list[str], rows: int, cols: int, config: dic
     kvars = {"rows": KVar("rows", row_mask, ROW), "cols": KVar("cols", col_mask, COL)}
     columns = ColumnSpace("cols", cols, "[BLOCK_R, BLOCK_C]", "BLOCK_C", looped)
     em = b.emitter(kvars, columns)
+    em.partials = dict(b.rows_partials)
     root = Scope(None, binds={"rows"} if looped else {"rows", "cols"})
     em.root = root
     root.emit("pid = tl.program_id(0)")

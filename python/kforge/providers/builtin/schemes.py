@@ -8,8 +8,8 @@ import math
 import os
 
 from kforge.providers.builtin import indexing as ix
-from kforge.providers.builtin.analysis import (Contraction, RegionShape, is_widening, problem_of,
-                                               weight_source)
+from kforge.providers.builtin.analysis import (Contraction, RegionShape, is_widening,
+                                               partial_reductions, problem_of, weight_source)
 from kforge.providers.builtin.emitter import WIDE_OFFSETS, CannotGenerate, Emitter, KVar, Scope
 from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 
@@ -253,6 +253,12 @@ TMA_DEFAULT = True
 # and 6.56 for the two products one after the other in one region (cuBLAS bf16: 2 x 2.69).
 # After the paired tiles, the single-product tile: the partner's GEMM first with it, then the
 # stage, both reading one pass over A (kernels._same_a_pass).
+# KFORGE_BUILTIN_PARTIAL=1: a GEMM stage whose row reductions span a wider N than its tile
+# (partial_reductions: sums, maxes and mins of the product, none reading another, one value a
+# row stored) is offered first the TMA kernel that reduces each tile's columns into partials,
+# and a rows kernel that reduces those, instead of storing the product for a rows kernel to
+# read back (kernels._build_stage). Opt-in: not timed on a GPU yet.
+PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
 PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
 
 
@@ -433,6 +439,14 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                    _cfg_tile(128, 128, 64, 8, 4, 16, EPI_SPLIT=2),
                    _cfg_tile(128, 128, 64, 8, 4, 16)]
         tiles, keep = own + tiles, len(own)
+    if (not fused or target.interpreter) and stage.reductions \
+            and os.environ.get(PARTIAL_ENV) == "1" and partial_reductions(spec, stage) is not None:
+        # the partials' kernel: a whole-tile epilogue of 64 accumulator values a thread, as a
+        # fused reduction's (the interpreter: 32 x 128 tiles, so that a test's N spans several)
+        first = _cfg_tile(32, 128, 32, 4, 1, 4) if target.interpreter \
+            else _cfg_tile(128, 128, 64, 8, 4, 16, FLATTEN=True)
+        if first["BLOCK_N"] < con.extent(con.n):
+            tiles, keep = [dict(first, PARTIAL=True)] + tiles, keep + 1
     out, seen = [], set()
     for c in tiles:
         c = dict(c, TMA=True)           # (config_space adds the scheme's input_precision)
