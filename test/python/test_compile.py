@@ -505,6 +505,18 @@ def get_init_inputs():
 '''
 
 
+def _sm90_region(tmp_path, name: str, text: str):
+    """`text` as the model file `name`, compiled under bf16 for cuda:sm_90 (no GPU: nothing
+    verified) into tmp_path/<stem>: (package, its one region's report entry)."""
+    src = tmp_path / name
+    src.write_text(text)
+    pkg = tmp_path / Path(name).stem
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", cache=tmp_path / "cache")
+    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    return pkg, region
+
+
 def test_a_bf16_models_long_k_gemm_takes_the_tma_kernel_with_split_k(tmp_path, monkeypatch):
     """A bf16 model's GEMM with few output tiles and a long K (gemm_max_const_long_k: 256 x
     1024, K = 32768, 16 tiles of 128 x 128 for 132 SMs) takes the TMA kernel with split-K
@@ -512,12 +524,7 @@ def test_a_bf16_models_long_k_gemm_takes_the_tma_kernel_with_split_k(tmp_path, m
     Before, the pointer kernel's split-K tiles (0.78x max-autotune on the H100, 07c).
     Cross-compiled for sm_90 (not run); the same kernel at a smaller size runs in the
     interpreter against the region's reference."""
-    src = tmp_path / "long_k_bf16.py"
-    src.write_text(BF16_LONG_K.format(M=256, K=32768, N=1024))
-    pkg = tmp_path / "hopper"
-    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
-           "--rounds", "0", cache=tmp_path / "cache")
-    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    pkg, region = _sm90_region(tmp_path, "long_k.py", BF16_LONG_K.format(M=256, K=32768, N=1024))
     source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
     assert "'SPLIT_K': 8" in source and "'TMA': True" in source, source[:700]
     assert "a_desc = tl.make_tensor_descriptor(arg" in source and "_cast_a(" not in source
@@ -533,12 +540,7 @@ def test_a_bf16_models_long_k_gemm_takes_the_tma_kernel_with_split_k(tmp_path, m
     from kforge.reference import reference_fn
     from kforge.spec import load_spec
     from kforge.targets import get_target
-    small = tmp_path / "small.py"
-    small.write_text(BF16_LONG_K.format(M=64, K=2048, N=128))
-    spkg = tmp_path / "small_pkg"
-    kforge("compile", small, "-o", spkg, "--target", "cuda:sm_90", "--precision", "bf16",
-           "--rounds", "0", cache=tmp_path / "cache")
-    (region,) = json.loads((spkg / "report.json").read_text())["regions"]
+    spkg, region = _sm90_region(tmp_path, "small.py", BF16_LONG_K.format(M=64, K=2048, N=128))
     spec = load_spec(spkg / "regions" / f"{region['hash']}.json")
     config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 4,
               "num_warps": 8, "num_stages": 4, "TMA": True}
@@ -577,12 +579,7 @@ def test_partial_row_reductions_over_a_wide_n_verify(tmp_path, monkeypatch, what
     monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
     text = BF16_LINEAR_ROW_MEAN if what == "mean" else BF16_LINEAR_ROW_MEAN.replace(
         "self.fc(x).mean(dim=-1, keepdim=True)", "torch.amax(self.fc(x), dim=-1, keepdim=True)")
-    src = tmp_path / f"{what}_bf16.py"
-    src.write_text(text.replace("{rows}", "1024"))
-    pkg = tmp_path / "hopper"
-    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
-           "--rounds", "0", cache=tmp_path / "cache")
-    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    pkg, region = _sm90_region(tmp_path, f"{what}_bf16.py", text.replace("{rows}", "1024"))
     source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
     assert "'PARTIAL': True" in source and "'TMA': True" in source, source[:600]
     assert "partials over the tile's columns" in source and "from its partials" in source
