@@ -172,3 +172,21 @@ def test_environment_names_the_commit_and_whether_the_code_is_it(monkeypatch):
     doc = _doc([_workload("gemm_a", ["gemm"], {"strict": 2.0})])
     doc["environment"].update(git_commit="0123abc", git_code_matches_commit=False)
     assert "commit `0123abc` (the code that ran differs from it)" in report.markdown(doc)
+
+
+def test_a_merge_of_runs_on_other_code_says_where_each_workload_comes_from():
+    """Runs of other commits or machines merged (two sessions' calls): the report's header
+    lists each run and how many workloads keep its result (a workload measured in both keeps
+    the later one); runs of one machine, code and day add no such lines."""
+    a = _doc([_workload("gemm_a", ["gemm"], {"strict": 2.0}),
+              _workload("gemm_b", ["gemm"], {"strict": 3.0})], ("strict",))
+    b = _doc([_workload("gemm_b", ["gemm"], {"strict": 4.0}),
+              _workload("gemm_c", ["gemm"], {"strict": 5.0})], ("strict",))
+    assert "merged from" not in report.markdown(report.merge([a, b]))
+    b["environment"].update(git_commit="23297e1", date="2026-12-07T12:51:56Z")
+    merged = report.merge([a, b])
+    assert [s["kept"] for s in merged["shards"]] == [["gemm_a"], ["gemm_b", "gemm_c"]]
+    md = report.markdown(merged)
+    assert "merged from 2 runs that differ in machine, code or day" in md
+    assert "run 1: synthetic, 2026-11-30T00:00:00Z, commit `None`: kept for 1 workload" in md
+    assert "run 2: synthetic, 2026-12-07T12:51:56Z, commit `23297e1`: kept for 2 workloads" in md

@@ -194,13 +194,16 @@ def merge(documents: list[dict]) -> dict:
         raise ValueError("nothing to merge")
     documents = [upgrade(d) for d in documents]
     by_name: dict[str, dict] = {}
-    for d in documents:
+    source: dict[str, int] = {}         # workload -> the document its result now comes from
+    for i, d in enumerate(documents):
         for w in d["workloads"]:
             old = by_name.get(w["name"])
             if old is None:
                 by_name[w["name"]] = w
+                source[w["name"]] = i
             elif w.get("status") != "skipped":
                 by_name[w["name"]] = _combine_policies(old, w)
+                source[w["name"]] = i
     precisions = []
     for d in documents:
         precisions += [p for p in d["config"]["precisions"] if p not in precisions]
@@ -212,7 +215,10 @@ def merge(documents: list[dict]) -> dict:
     doc = build_document(documents[0]["environment"], config, documents[0]["peaks"],
                          sorted(by_name.values(), key=lambda w: w["name"]), notes)
     doc["shards"] = [{"environment": d["environment"], "peaks": d["peaks"],
-                      "workloads": [w["name"] for w in d["workloads"]]} for d in documents]
+                      "workloads": [w["name"] for w in d["workloads"]],
+                      "kept": sorted(n for n, j in source.items()
+                                     if j == i and by_name[n].get("status") != "skipped")}
+                     for i, d in enumerate(documents)]
     return doc
 
 
@@ -246,6 +252,26 @@ def _ms(c):
     return c["timing"]["median_ms"] if c and c.get("timing") else None
 
 
+def _runs_of_a_merge(doc: dict) -> list[str]:
+    """Where a merge's results come from, when its runs differ in machine, code or day (the
+    header above names the first run's alone): each run's hardware, date, commit, and how many
+    of the merged workloads keep its result."""
+    shards = doc.get("shards") or []
+    key = lambda e: (e.get("hardware"), e.get("git_commit"), str(e.get("date"))[:10])  # noqa: E731
+    if len({key(s["environment"]) for s in shards}) < 2:
+        return []
+    lines = [f"- merged from {len(shards)} runs that differ in machine, code or day; each "
+             "workload's ratios come from the one run it was kept from:"]
+    for i, s in enumerate(shards, 1):
+        e = s["environment"]
+        kept = s.get("kept")
+        lines.append(f"  - run {i}: {e.get('hardware')}, {e.get('date')}, commit "
+                     f"`{e.get('git_commit')}`: "
+                     + (f"kept for {len(kept)} workload{'s' * (len(kept) != 1)}"
+                        if kept is not None else f"{len(s.get('workloads', []))} workloads"))
+    return lines
+
+
 def markdown(doc: dict) -> str:
     env, cfg, peaks = doc["environment"], doc["config"], doc["peaks"]
     lines = [
@@ -267,6 +293,7 @@ def markdown(doc: dict) -> str:
         f"bandwidth {peaks['bandwidth_tbs']:.2f} TB/s; policy FLOP peaks: "
         + ", ".join(f"{k} {v:.1f}" for k, v in peaks.get("policy_tflops", {}).items()) + " TFLOP/s",
     ]
+    lines += _runs_of_a_merge(doc)
     for n in doc.get("notes", []):
         lines.append(f"- note: {n}")
     lines += ["", "## Summary", "",
