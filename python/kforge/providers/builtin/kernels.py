@@ -137,8 +137,9 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         for r, (buf, _) in bufs.items():
             b.temporaries[buf] = (f"torch.empty(({M}, {parts}), device=device, "
                                   f"dtype=torch.float32)  # {r}: the GEMM tiles' partials")
-        rows_config = config.get("rows") or target.configs(
-            "rows", {"rows": stage.rows, "cols": parts})[0]
+        # (the rows kernel's own first configuration for rows of `parts` columns: a tuned
+        # "rows" entry of the configuration was sized for the product's N)
+        rows_config = target.configs("rows", {"rows": stage.rows, "cols": parts})[0]
         b.gemm_partials = bufs
         try:
             build_gemm(b, stage, [buf for buf, _ in bufs.values()], config, f"{stem}_gemm",
