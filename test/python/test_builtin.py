@@ -1036,3 +1036,20 @@ def test_compares_of_constants_fold_to_bools(tmp_path):
         assert "~(" not in source or "~(x" in source, source
     got = run_host_plan(plan, specs, inputs, weights, kernels=kernels)
     torch.testing.assert_close(got[0], model(*inputs), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bmm_scale_softmax", "linear_gelu_layer_norm_softmax",
+                                  "matmul_bias_relu"])
+def test_partial_row_reductions_refuse_what_needs_the_whole_row(name, monkeypatch):
+    """KFORGE_BUILTIN_PARTIAL offers tile partials only for single-level sums, maxes and mins
+    stored one value a row: a softmax (a sum of exp(x - max): it reads another reduction's
+    result, and stores whole rows), a layer norm, and a GEMM without reductions get none, and
+    their configuration space is the same as without the variable."""
+    from kforge.providers.builtin.analysis import partial_reductions
+    s = spec(name)
+    shape = analyze_region(s)
+    assert all(partial_reductions(s, st) is None for st in shape.stages or [shape])
+    without = config_space(s, "cuda", "bf16")
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
+    assert config_space(s, "cuda", "bf16") == without
+    assert not any(c.get("PARTIAL") for c in without)

@@ -596,3 +596,17 @@ def test_partial_row_reductions_over_a_wide_n_verify(tmp_path, monkeypatch, what
     assert region["status"] == "verified", region.get("message")
     text = (cpu_pkg / "kernels" / region["hash"] / "kernel.py").read_text()
     assert "'PARTIAL': True" in text and "from its partials" in text, text[:600]
+
+
+def test_partial_row_reductions_leave_a_logsumexp_whole(tmp_path, monkeypatch):
+    """A logsumexp after the Linear (a max, then a sum of exp(x - max): the second reduction
+    reads the first's result over the whole row) gets no partials, with the variable set: the
+    GEMM hands the rows kernel the product, as without it."""
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
+    text = BF16_LINEAR_ROW_MEAN.replace(
+        "self.fc(x).mean(dim=-1, keepdim=True)", "torch.logsumexp(self.fc(x), dim=-1, "
+        "keepdim=True)").replace("{rows}", "1024")
+    pkg, region = _sm90_region(tmp_path, "lse_bf16.py", text)
+    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "PARTIAL" not in source and "_rows[" in source, source[:600]
+    assert "torch.empty((1024, 512), device=device, dtype=torch.bfloat16)" in source
