@@ -637,9 +637,9 @@ class Emitter:
         # 16-bit reductions accumulate in fp32 (as PyTorch's do) and round once at the end
         acc_dtype = "f32" if dtype in ("bf16", "f16") or (dtype == "f64" and self.demote64) \
             else dtype
+        reducer, neutral, combine = REDUCERS[comb[0]]
+        self.combiners_used.setdefault(reducer, None)
         if op.results[j] in self.partials:
-            reducer, neutral, combine = REDUCERS[comb[0]]
-            self.combiners_used.setdefault(reducer, None)
             r = self._reduce_partials(op.results[j], index, reducer, neutral, dtype)
             return self._with_init(op, j, index, scope, r, neutral, combine, dtype)
         red = op.reduction_dims
@@ -650,8 +650,6 @@ class Emitter:
         idx_deps = frozenset().union(*(ix.variables(i) for i in index)) if index else frozenset()
         if cols.var in idx_deps:
             raise CannotGenerate(f"{op.name}: reduction result read at a column-dependent index")
-        reducer, neutral, combine = REDUCERS[comb[0]]
-        self.combiners_used.setdefault(reducer, None)
         root = self.root
         col_index = ix.unravel(ix.IVar(cols.var), [sizes[d] for d in red])
         p = dict(p)

@@ -285,19 +285,14 @@ def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
     vc = op.results[0]
     tile_deps = frozenset({"rm", "rn"} | ({"batch"} if con.batch else set()))
     if split_k > 1:
-        ws = f"{vc}_tmp"
-        plane = batch * M * N
-        offset = ix.ravel(tile_index, spec.tensor(vc).shape)
-        store_tile(root, em, f"{ws} + pid_k * {plane}", offset, Val("acc", tile_deps, acc_dtype))
-        b.finish(em, name, [], {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
-                                "GROUP_M": config["GROUP_M"]}, root.lines,
-                 _gemm_grid(M, N, BM, BN, batch if con.batch else None, split_k),
-                 config["num_warps"], config.get("num_stages"),
-                 options=b.target.launch_options(config),
-                 comment=f"split-K partial products ({split_k} slices of K={K}) of {op.name}"
-                 + (f"; products: {impl}" if impl else ""))
-        b.kernels[-1].params.append(ws)
-        b.kernels[-1].tensors.append(vc)
+        _store_split_k_slice(b, em, root, vc, batch * M * N, tile_index,
+                             Val("acc", tile_deps, acc_dtype))
+        _finish_split_k(b, em, name, vc, root.lines, config,
+                        {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
+                         "GROUP_M": config["GROUP_M"]},
+                        _gemm_grid(M, N, BM, BN, batch if con.batch else None, split_k),
+                        f"split-K partial products ({split_k} slices of K={K}) of {op.name}"
+                        + (f"; products: {impl}" if impl else ""))
         return
     _emit_epilogue(b, em, root, con, tile_index, outputs, acc_dtype, tile_deps)
     fused = "; row reductions fused (one tile spans N)" if fuse_rows else ""
@@ -309,6 +304,24 @@ def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
              comment=f"{op.name} M={M} N={N} K={K}" + (f" batch={batch}" if con.batch else "")
              + (f"; products: {impl}" if impl else "")
              + f"; epilogue: {ops_comment(spec, em)}{fused}")
+
+
+def _store_split_k_slice(b: Builder, em: Emitter, scope: Scope, vc: str, plane: int,
+                         tile_index: tuple, acc: Val) -> None:
+    """A split-K program's partial product of `vc` into its K slice `pid_k` of the workspace
+    `<vc>_tmp` [SPLIT_K, *vc's shape] (`plane`: vc's elements)."""
+    store_tile(scope, em, f"{vc}_tmp + pid_k * {plane}",
+               ix.ravel(tile_index, b.spec.tensor(vc).shape), acc)
+
+
+def _finish_split_k(b: Builder, em: Emitter, name: str, vc: str, lines, config: dict,
+                    constexprs: dict, grid: str, comment: str) -> None:
+    """The split-K GEMM kernel (pointer or TMA): no region output, the workspace of `vc` its
+    last parameter; the epilogue kernel after it sums the slices (Builder.split_sums)."""
+    b.finish(em, name, [], constexprs, lines, grid, config["num_warps"],
+             config.get("num_stages"), options=b.target.launch_options(config), comment=comment)
+    b.kernels[-1].params.append(f"{vc}_tmp")
+    b.kernels[-1].tensors.append(vc)
 
 
 def _emit_grouped_tile(scope: Scope, tile: str) -> None:
@@ -618,20 +631,15 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
     if split_k > 1:
         # the K slice's partial product into the workspace; the epilogue kernel sums them
-        vc = op.results[0]
-        ws = f"{vc}_tmp"
-        store_tile(tile, em, f"{ws} + pid_k * {M * N}", ix.ravel(tile_index, spec.tensor(vc).shape),
-                   Val("acc", frozenset({"rm", "rn"}), "f32"))
+        _store_split_k_slice(b, em, tile, op.results[0], M * N, tile_index,
+                             Val("acc", frozenset({"rm", "rn"}), "f32"))
         tile.close()
         b.tma = True
-        b.finish(em, name, [], {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
-                                "GROUP_M": config["GROUP_M"], "NUM_SMS": programs}, top.lines,
-                 f"({programs},)", config["num_warps"], config.get("num_stages"),
-                 options=target.launch_options(config),
-                 comment=f"split-K partial products ({split_k} slices of K={K}) of {op.name} "
-                 f"M={M} N={N}; persistent, operands by TMA (bf16)")
-        b.kernels[-1].params.append(ws)
-        b.kernels[-1].tensors.append(vc)
+        _finish_split_k(b, em, name, op.results[0], top.lines, config,
+                        {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK,
+                         "GROUP_M": config["GROUP_M"], "NUM_SMS": programs}, f"({programs},)",
+                        f"split-K partial products ({split_k} slices of K={K}) of {op.name} "
+                        f"M={M} N={N}; persistent, operands by TMA (bf16)")
         return
     tma_out = _tma_store_outputs(b, top, con, tile_index, outputs, epi_n) \
         if config.get("TMA_STORE") else {}

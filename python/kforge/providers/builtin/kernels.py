@@ -189,6 +189,7 @@ def rounded_handoff(spec: KernelSpec, vc: str) -> str:
     0.94x, and the suite's other row reductions after a GEMM 0.97-1.16x (results 07c; no A/B
     of the handoff alone)."""
     shape = spec.tensor(vc).shape
+    ident = tuple(range(len(shape)))
     cur, best = vc, vc
     while cur not in spec.results:
         users = spec.users(cur)
@@ -199,7 +200,6 @@ def rounded_handoff(spec: KernelSpec, vc: str) -> str:
                 or op.operands.index(cur) >= op.num_inputs:
             break
         nxt = op.results[0]
-        ident = tuple(range(len(shape)))
         read, wrote = op.indexing_maps[op.operands.index(cur)], op.indexing_maps[op.num_inputs]
         if spec.tensor(nxt).shape != shape or wrote.num_dims != len(shape) \
                 or read.result_dims() != ident or wrote.result_dims() != ident:
