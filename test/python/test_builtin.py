@@ -1053,3 +1053,21 @@ def test_partial_row_reductions_refuse_what_needs_the_whole_row(name, monkeypatc
     monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
     assert config_space(s, "cuda", "bf16") == without
     assert not any(c.get("PARTIAL") for c in without)
+
+
+def test_partial_row_reductions_are_the_default_only_where_they_were_faster(monkeypatch):
+    """Partials come first by default only for bf16 operands read as they lie (a bf16 model's
+    GEMM) at K <= 1024, where they beat the bf16 handoff on the H100 (2026-12-07d: K = 1024
+    1.22x and 1.02x; K >= 4096 0.86-0.97x); never in the interpreter unless asked; the
+    variable forces them either way (the compiled default at K = 256 for sm_90:
+    test_compile.py::test_partial_row_reductions_over_a_wide_n_verify)."""
+    from kforge.providers.builtin.schemes import partial_wanted
+    monkeypatch.delenv("KFORGE_BUILTIN_PARTIAL", raising=False)
+    assert partial_wanted(1024, True, False)
+    assert not partial_wanted(4096, True, False)
+    assert not partial_wanted(1024, False, False)      # fp16x1: a pass, not measured
+    assert not partial_wanted(1024, True, True)
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "0")
+    assert not partial_wanted(256, True, False)
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
+    assert partial_wanted(8192, False, True)

@@ -404,7 +404,9 @@ def test_a_bf16_models_gemm_takes_the_tma_kernel_where_its_a_needs_no_pass(tmp_p
     kernel's 128 x 256 tiles, 0.67x the matched route each. Cross-compiled for sm_90 (not
     run); the row mean's TMA kernel and rows kernel also verify in the interpreter. The row
     mean's GEMM hands its rows kernel the Linear's output as the model rounds it, in bf16 (the
-    product plus the bias, `truncf`), not the fp32 product (kernels.rounded_handoff)."""
+    product plus the bias, `truncf`), not the fp32 product (kernels.rounded_handoff). Partial
+    reductions off: at K = 256 they would come first (schemes.partial_wanted)."""
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "0")
     src = tmp_path / f"{what}_bf16.py"
     src.write_text(BF16_LINEAR_SIGMOID if what == "sigmoid"
                    else BF16_LINEAR_ROW_MEAN.replace("{rows}", "1024"))
@@ -571,12 +573,13 @@ def test_a_bf16_models_long_k_gemm_takes_the_tma_kernel_with_split_k(tmp_path, m
 
 @pytest.mark.parametrize("what", ["mean", "amax"])
 def test_partial_row_reductions_over_a_wide_n_verify(tmp_path, monkeypatch, what):
-    """KFORGE_BUILTIN_PARTIAL=1: a bf16 model's Linear then a row mean (a sum, then / N) or a
-    row max over N = 512, wider than the tile: each TMA GEMM tile reduces its own columns
-    into partials ([M, N / BLOCK_N] fp32, no initial value), a rows kernel reduces those and
-    finishes the row, and no product is stored. Verified in the interpreter against the
-    region's reference; cross-compiled for sm_90 at 1024 rows. Opt-in, not timed."""
-    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
+    """A bf16 model's Linear (K = 256) then a row mean (a sum, then / N) or a row max over
+    N = 512, wider than the tile: each TMA GEMM tile reduces its own columns into partials
+    ([M, N / BLOCK_N] fp32, no initial value), a rows kernel reduces those and finishes the
+    row, and no product is stored. For sm_90 by default (K <= 1024, bf16 operands:
+    schemes.partial_wanted), cross-compiled at 1024 rows; verified in the interpreter against
+    the region's reference, where KFORGE_BUILTIN_PARTIAL=1 asks for them."""
+    monkeypatch.delenv("KFORGE_BUILTIN_PARTIAL", raising=False)
     text = BF16_LINEAR_ROW_MEAN if what == "mean" else BF16_LINEAR_ROW_MEAN.replace(
         "self.fc(x).mean(dim=-1, keepdim=True)", "torch.amax(self.fc(x), dim=-1, keepdim=True)")
     pkg, region = _sm90_region(tmp_path, f"{what}_bf16.py", text.replace("{rows}", "1024"))
@@ -588,6 +591,7 @@ def test_partial_row_reductions_over_a_wide_n_verify(tmp_path, monkeypatch, what
     proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
     assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
+    monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
     small = tmp_path / "cpu"
     small.mkdir()
     _, cpu_pkg, report = _compile_bf16_on_cpu(small, f"{what}_cpu.py",

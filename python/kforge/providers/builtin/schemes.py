@@ -257,9 +257,25 @@ TMA_DEFAULT = True
 # (partial_reductions: sums, maxes and mins of the product, none reading another, one value a
 # row stored) is offered first the TMA kernel that reduces each tile's columns into partials,
 # and a rows kernel that reduces those, instead of storing the product for a rows kernel to
-# read back (kernels._build_stage). Opt-in: not timed on a GPU yet.
+# read back (kernels._build_stage). By default (partial_wanted) only where K is at most 1024 and
+# A is read as it lies (bf16 operands, no pass). H100, 2026-12-07
+# (benchmarks/results/2026-12-07d-h100-ab-rows-norms), the bf16 models' packages timed in one
+# process, partials against the bf16 handoff: K = 1024 won (gemm_row_mean_tall 32768 x 1024 x
+# 1024: 0.117 against 0.143 ms; chain_hardswish_clamp_row_max 0.140 against 0.143); K >= 4096
+# lost 3-14 % (gemm_row_max, _sum, _min, chain_scale_sigmoid_row_sum), where the partials'
+# 128 x 128 tile runs the long main loop slower than the handoff's 128 x 256 and the stored
+# product is a smaller share of the time. =1: wherever eligible; =0: never.
 PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
 PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
+
+
+def partial_wanted(K: int, bf16_operands: bool, interpreter: bool) -> bool:
+    """Whether an eligible GEMM stage is offered the partial row reductions first (PARTIAL_ENV
+    above); the interpreter only when asked (=1)."""
+    env = os.environ.get(PARTIAL_ENV)
+    if env in ("0", "1"):
+        return env == "1"
+    return not interpreter and bf16_operands and K <= 1024
 
 
 def paired_wanted(rows: int) -> bool:
@@ -440,7 +456,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                    _cfg_tile(128, 128, 64, 8, 4, 16)]
         tiles, keep = own + tiles, len(own)
     if (not fused or target.interpreter) and stage.reductions \
-            and os.environ.get(PARTIAL_ENV) == "1" and partial_reductions(spec, stage) is not None:
+            and partial_wanted(con.extent(con.k), scheme is None, target.interpreter) \
+            and partial_reductions(spec, stage) is not None:
         # the partials' kernel: a whole-tile epilogue of 64 accumulator values a thread, as a
         # fused reduction's (the interpreter: 32 x 128 tiles, so that a test's N spans several)
         first = _cfg_tile(32, 128, 32, 4, 1, 4) if target.interpreter \
