@@ -147,6 +147,20 @@ def _ptxas_info(ptx: str, arch: int) -> tuple[int | None, int | None, int | None
             int(spill.group(1)) if spill else None, int(spill.group(2)) if spill else None)
 
 
+def _dump_asm(asm: dict, name: str, fn: str) -> None:
+    """With KFORGE_XCOMPILE_DUMP=DIR: the kernel's TTGIR and PTX as DIR/<source>.<kernel>.ttgir
+    and .ptx, to read what the compiler made of it (the pipeline's waits, the matrix
+    instructions) without a GPU."""
+    out = os.environ.get("KFORGE_XCOMPILE_DUMP")
+    if not out:
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for kind in ("ttgir", "ptx"):
+        text = asm.get(kind)
+        if isinstance(text, str) and text:
+            (Path(out) / f"{name}.{fn}.{kind}").write_text(text)
+
+
 def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: int = 90,
                    name: str = "candidate", weights: tuple[int, ...] = (),
                    sass: bool = False) -> list[KernelReport]:
@@ -176,6 +190,7 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
             kernel = triton_compile(ASTSource(fn, signature, constexprs, attrs), target=target,
                                     options=options.__dict__)
             ptx = kernel.asm.get("ptx", "")
+            _dump_asm(kernel.asm, name, fn.__name__)
             rep.ptx_ops = ptx_profile(ptx)
             if sass:
                 rep.sass = sass_profile(kernel.asm.get("cubin"))

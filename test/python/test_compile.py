@@ -588,8 +588,15 @@ def test_partial_row_reductions_over_a_wide_n_verify(tmp_path, monkeypatch, what
     assert "partials over the tile's columns" in source and "from its partials" in source
     assert "dtype=torch.float32)  # " in source and ", 4), device=device" in source
     assert "(1024, 512)" not in source           # the product is not stored
+    monkeypatch.setenv("KFORGE_XCOMPILE_DUMP", str(tmp_path / "asm"))
     proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
     assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    # KFORGE_XCOMPILE_DUMP: each kernel's TTGIR and PTX, the GEMM's with its wgmma
+    dumped = sorted(p.name for p in (tmp_path / "asm").iterdir())
+    assert len(dumped) >= 4 and {p.rsplit(".", 1)[1] for p in dumped} == {"ttgir", "ptx"}
+    gemm_ptx = [p for p in dumped if p.endswith("_gemm.ptx")]
+    assert gemm_ptx and "wgmma.mma_async" in (tmp_path / "asm" / gemm_ptx[0]).read_text()
+    monkeypatch.delenv("KFORGE_XCOMPILE_DUMP")
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     monkeypatch.setenv("KFORGE_BUILTIN_PARTIAL", "1")
     small = tmp_path / "cpu"
