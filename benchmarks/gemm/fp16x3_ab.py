@@ -15,6 +15,9 @@ and operand planes (fp16 hi / lo of power-of-two scaled rows and columns, as the
            issued before either is added: the first part's wait overlaps the second's products
            (the same 64-deep stage in shared memory; parts half as deep: no less accurate)
   base_k32_s4  base with 32-deep steps and 4 stages
+  gluon_pp base's tiles and accumulation in Gluon (fp16x3_gluon.py): each step's three
+           products issued as wgmma groups with no wait between them, into one of two parts
+           that alternate, and only the step before waited for and added
   cat4_*   all four products of a step (lo x lo too) as one dot over 4 x BLOCK_K, F steps
            chained into a part before its fp32 add (_fp16x4_cat). Triton waits after each of
            chained dots in one iteration (sm_90 PTX of base: wgmma.wait_group 0 after every
@@ -134,6 +137,9 @@ VARIANTS = {
     "cat4_k32_f4": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, F=4, LOOP=1, num_stages=3),
     "cat4_k16_f4": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=16, F=4, LOOP=1, num_stages=6),
     "cat4_k32_chain": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, F=0, LOOP=1, num_stages=3),
+    # the same accumulation as base, its wgmma groups issued by hand in Gluon so that a step's
+    # three products are in flight while the step before is added (fp16x3_gluon.py)
+    "gluon_pp": dict(GLUON=1),
 }
 SHAPES = [(4096, 4096, 2880), (16384, 4096, 4096), (8192, 8192, 8192)]
 
@@ -152,6 +158,10 @@ def planes(x: torch.Tensor):
 
 def launch(cfg, ah, al, bh, bl, sa, sb, c, a2=None, b2=None):
     """ah / al (bh / bl): views of the [2, M, K] buffer a2 (b2), hi first."""
+    if cfg.get("GLUON"):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import fp16x3_gluon
+        return fp16x3_gluon.launch(a2, b2, sa, sb, c)
     M, K = ah.shape
     N = bh.shape[0]
     meta = {k: v for k, v in cfg.items() if k not in ("num_stages", "LOOP", "SUB")}

@@ -1,0 +1,40 @@
+"""benchmarks/gemm/fp16x3_gluon.py: the strict scheme's fp16x3 GEMM written in Gluon so that a K
+step's three products stay in flight while the step before is added. No GPU here: the kernel is
+cross-compiled for sm_90 with the local Triton and its PTX read. What the GPU must still show
+(correct, faster than the builtin's Triton loop) is fp16x3_ab.py's job (variant gluon_pp)."""
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+GEMM = Path(__file__).resolve().parents[2] / "benchmarks" / "gemm"
+
+pytest.importorskip("triton.experimental.gluon")
+
+
+def test_the_gluon_fp16x3_loop_keeps_a_steps_products_in_flight(monkeypatch):
+    """The builtin's Triton loop waits for the tensor cores after each of a step's three
+    products (`wgmma.wait_group 0` three times a step). Here each step's three products go
+    out as 12 wgmma instructions with no wait between them, and the loop waits only until
+    3 groups are outstanding (the step before retired); the two parts alternate in fixed
+    registers (the loop unrolled by two, an odd last step peeled), so ptxas keeps the
+    wgmma pipeline: no spills, within the register file and sm_90's shared memory."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    sys.path.insert(0, str(GEMM))
+    import fp16x3_gluon
+
+    from kforge.crosscompile import _ptxas_info
+    out = fp16x3_gluon.cross_compile(90)
+    ptx = out["ptx"]
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)
+    # two unrolled steps and the odd tail's, 12 wgmma each; waits of 3 in the loop and the
+    # tail, 0 only where nothing follows
+    assert ptx.count("wgmma.mma_async") == 36, ptx.count("wgmma.mma_async")
+    assert waits.count("3") == 3 and waits.count("0") == 2 and len(waits) == 5, waits
+    assert ptx.count("cp.async.bulk.tensor") >= 4             # the operand tiles by TMA
+    assert out["shared"] <= 232448, out["shared"]
+    regs, spill_st, spill_ld = _ptxas_info(ptx, 90)
+    if regs is None:
+        pytest.skip("no ptxas in this Triton")
+    assert spill_st == 0 and spill_ld == 0 and regs <= 255, (regs, spill_st, spill_ld)
