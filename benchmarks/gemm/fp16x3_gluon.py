@@ -43,11 +43,11 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 @gluon.jit
 def _load_step(ah_d, al_d, bh_d, bl_d, ah_s, al_s, bh_s, bl_s, ready, step, slot, off_m, off_n,
-               M, N, BLOCK_K: gl.constexpr, TILE_BYTES: gl.constexpr):
+               M, N, BLOCK_K: gl.constexpr, STEP_BYTES: gl.constexpr):
     """The four operand tiles of K step `step` into shared-memory stage `slot`, by TMA, all
-    counted on that stage's barrier."""
+    counted on that stage's barrier (STEP_BYTES: the four tiles' bytes)."""
     bar = ready.index(slot)
-    mbarrier.expect(bar, 4 * TILE_BYTES)
+    mbarrier.expect(bar, STEP_BYTES)
     k0 = step * BLOCK_K
     _tma_load(ah_d, [off_m, k0], bar, ah_s.index(slot))
     _tma_load(al_d, [M + off_m, k0], bar, al_s.index(slot))
@@ -85,7 +85,7 @@ def fp16x3_pingpong(A2, B2, SA, SB, C, M, N, K,
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    TILE_BYTES: gl.constexpr = BLOCK_M * BLOCK_K * 2
+    STEP_BYTES: gl.constexpr = 2 * (BLOCK_M + BLOCK_N) * BLOCK_K * 2   # hi and lo, fp16
 
     # 16 rows a warp, the whole tile's columns: one m64nNk16 wgmma per warpgroup and K slice
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -103,7 +103,7 @@ def fp16x3_pingpong(A2, B2, SA, SB, C, M, N, K,
     for i in gl.static_range(STAGES - 1):                   # the pipeline's first stages
         if i < steps:
             _load_step(ah_d, al_d, bh_d, bl_d, ah_s, al_s, bh_s, bl_s, ready, i, i, off_m,
-                       off_n, M, N, BLOCK_K, TILE_BYTES)
+                       off_n, M, N, BLOCK_K, STEP_BYTES)
     for j in range(steps // 2):
         k = 2 * j
         # step k into part_a: three groups chained in the tensor cores, no wait between
@@ -120,7 +120,7 @@ def fp16x3_pingpong(A2, B2, SA, SB, C, M, N, K,
         acc += part_b                                       # exact fp32, as the builtin's
         if k + STAGES - 1 < steps:                          # step k-1's stage is free
             _load_step(ah_d, al_d, bh_d, bl_d, ah_s, al_s, bh_s, bl_s, ready, k + STAGES - 1,
-                       (k + STAGES - 1) % STAGES, off_m, off_n, M, N, BLOCK_K, TILE_BYTES)
+                       (k + STAGES - 1) % STAGES, off_m, off_n, M, N, BLOCK_K, STEP_BYTES)
         # step k + 1 into part_b; then part_a's groups retire and are added
         k = k + 1
         slot = k % STAGES
@@ -135,7 +135,7 @@ def fp16x3_pingpong(A2, B2, SA, SB, C, M, N, K,
         acc += part_a
         if k + STAGES - 1 < steps:
             _load_step(ah_d, al_d, bh_d, bl_d, ah_s, al_s, bh_s, bl_s, ready, k + STAGES - 1,
-                       (k + STAGES - 1) % STAGES, off_m, off_n, M, N, BLOCK_K, TILE_BYTES)
+                       (k + STAGES - 1) % STAGES, off_m, off_n, M, N, BLOCK_K, STEP_BYTES)
     if steps % 2 == 1:                                      # the last, odd step
         k = steps - 1
         slot = k % STAGES
