@@ -104,6 +104,9 @@ def fp16x3_pingpong(A2, B2, SA, SB, C, M, N, K,
         if i < steps:
             _load_step(ah_d, al_d, bh_d, bl_d, ah_s, al_s, bh_s, bl_s, ready, i, i, off_m,
                        off_n, M, N, BLOCK_K, STEP_BYTES)
+    # (the two halves below are the same step written twice on purpose: a @gluon.jit helper
+    # returning the parts moved the in-flight accumulators' registers, and ptxas serialized
+    # every wgmma again, C7514; test_gemm_gluon.py checks for that warning)
     for j in range(steps // 2):
         k = 2 * j
         # step k into part_a: three groups chained in the tensor cores, no wait between

@@ -3,6 +3,7 @@ step's three products stay in flight while the step before is added. No GPU here
 cross-compiled for sm_90 with the local Triton and its PTX read. What the GPU must still show
 (correct, faster than the builtin's Triton loop) is fp16x3_ab.py's job (variant gluon_pp)."""
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ GEMM = Path(__file__).resolve().parents[2] / "benchmarks" / "gemm"
 pytest.importorskip("triton.experimental.gluon")
 
 
-def test_the_gluon_fp16x3_loop_keeps_a_steps_products_in_flight(monkeypatch):
+def test_the_gluon_fp16x3_loop_keeps_a_steps_products_in_flight(monkeypatch, tmp_path):
     """The builtin's Triton loop waits for the tensor cores after each of a step's three
     products (`wgmma.wait_group 0` three times a step). Here each step's three products go
     out as 12 wgmma instructions with no wait between them, and the loop waits only until
@@ -38,3 +39,12 @@ def test_the_gluon_fp16x3_loop_keeps_a_steps_products_in_flight(monkeypatch):
     if regs is None:
         pytest.skip("no ptxas in this Triton")
     assert spill_st == 0 and spill_ld == 0 and regs <= 255, (regs, spill_st, spill_ld)
+    # ptxas keeps the wgmma pipeline: no "wgmma.mma_async instructions are serialized" (C7514),
+    # which it reports when registers of an in-flight wgmma are read or moved
+    from triton.backends.nvidia.compiler import get_ptxas
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    proc = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", str(src), "-o",
+                           str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "C7514" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
