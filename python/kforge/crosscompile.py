@@ -147,6 +147,16 @@ def _ptxas_info(ptx: str, arch: int) -> tuple[int | None, int | None, int | None
             int(spill.group(1)) if spill else None, int(spill.group(2)) if spill else None)
 
 
+def _gluon_source_cls(fn):
+    """GluonASTSource where `fn` is a @gluon.jit kernel (kforge.providers.builtin.gluon), else
+    None."""
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+    except Exception:   # noqa: BLE001 - a Triton without Gluon
+        return None
+    return GluonASTSource if isinstance(fn, GluonJITFunction) else None
+
+
 def _dump_asm(asm: dict, name: str, fn: str) -> None:
     """With KFORGE_XCOMPILE_DUMP=DIR: the kernel's TTGIR and PTX as DIR/<source>.<kernel>.ttgir
     and .ptx, to read what the compiler made of it (the pipeline's waits, the matrix
@@ -187,7 +197,8 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
             bound, specialization, options = binder(*args, **kwargs)
             options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
                                                                   specialization, options)
-            kernel = triton_compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+            source_cls = _gluon_source_cls(fn) or ASTSource     # a @gluon.jit kernel's own
+            kernel = triton_compile(source_cls(fn, signature, constexprs, attrs), target=target,
                                     options=options.__dict__)
             ptx = kernel.asm.get("ptx", "")
             _dump_asm(kernel.asm, name, fn.__name__)

@@ -48,3 +48,62 @@ def test_the_gluon_fp16x3_loop_keeps_a_steps_products_in_flight(monkeypatch, tmp
                            str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "C7514" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+
+
+LINEAR_RELU = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2880, 1024)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(2048, 2880)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_path,
+                                                                         monkeypatch):
+    """KFORGE_BUILTIN_GLUON=1: a strict Linear's fp16x3 product by the Gluon kernel first
+    (schemes._gluon_configs), then the region's epilogue kernel from the stored product. The
+    package compiled for cuda:sm_90 here takes it (it passes kforge.verify.static and
+    compiles with wgmma, no spills); without the variable, and for the interpreter, it is not
+    offered. Not run: the interpreter does not run Gluon, and its numbers are the GPU's."""
+    import json
+
+    from test_compile import kforge
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    src = tmp_path / "linear_relu.py"
+    src.write_text(LINEAR_RELU)
+    monkeypatch.setenv("KFORGE_BUILTIN_GLUON", "1")
+    pkg = tmp_path / "gluon"
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "strict",
+           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
+    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    assert region["candidate"]["config"].get("GLUON") is True, region["candidate"]
+    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "@gluon.jit" in source and "_gemm_gluon[(128,)](" in source
+    assert "_epilogue[" in source                       # bias, ReLU and scale after it
+    proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
+    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    gluon_row = [line for line in proc.stdout.splitlines() if "_gemm_gluon" in line]
+    assert gluon_row and "wgmma" in gluon_row[0], proc.stdout
+
+    from kforge.providers.builtin import config_space
+    from kforge.spec import load_spec
+    spec = load_spec(pkg / "regions" / f"{region['hash']}.json")
+    assert not any(c.get("GLUON") for c in config_space(spec, "cpu", "strict"))
+    assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_90", "bf16"))
+    monkeypatch.delenv("KFORGE_BUILTIN_GLUON")
+    assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_90", "strict"))

@@ -34,8 +34,13 @@ class Kernel:
     # bf16 copy): the package runtime may serve it from another region's launch on the same
     # inputs (host.assemble, kforge.passcache)
     shared: bool = False
+    # the whole source of a kernel not written by the emitter (a @gluon.jit template:
+    # kforge.providers.builtin.gluon); `lines` is then empty
+    raw: str | None = None
 
     def source(self) -> str:
+        if self.raw is not None:
+            return self.raw
         sig = ", ".join(self.params + [f"{k}: tl.constexpr" for k in self.constexprs])
         head = ["@triton.jit", f"def {self.name}({sig}):"]
         if self.comment:
@@ -71,6 +76,7 @@ class Builder:
         self.combiners: dict[str, None] = {}         # reduction combine functions to define
         self.math_used = False
         self.tma = False                             # in-kernel TMA descriptors
+        self.gluon = False                           # a Gluon kernel (gluon.HEADER's imports)
         # a partner's weight read through its sibling's: weight -> (partner weight, rows a
         # block, N, K); prepare_weights interleaves their rows (host.PAIR_WEIGHTS)
         self.paired_weights: dict[str, tuple[str, int, int, int]] = {}

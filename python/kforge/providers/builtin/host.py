@@ -152,6 +152,9 @@ def assemble(b: Builder, shape: RegionShape, config: dict) -> str:
              "import triton.language as tl"]
     if b.math_used and target.math_imports:
         lines.append(target.math_imports)
+    if b.gluon:
+        from kforge.providers.builtin.gluon import HEADER
+        lines.append(HEADER.rstrip("\n"))
     lines.append("")
     for name in b.combiners:
         lines += ["", combine_function(name)]

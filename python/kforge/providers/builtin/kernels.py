@@ -16,6 +16,7 @@ from kforge.providers.builtin.builder import Builder
 from kforge.providers.builtin.emitter import CannotGenerate
 from kforge.providers.builtin.gemm import (build_cast_pass, build_gemm, build_split_pass,
                                            gemm_outputs_on_tile)
+from kforge.providers.builtin.gluon import build_gluon_gemm
 from kforge.providers.builtin.host import assemble
 from kforge.providers.builtin.rows import build_elementwise, build_rows
 from kforge.providers.builtin.schemes import (FP16X3, FP16_SCHEMES, bf16_a_source,
@@ -119,6 +120,22 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
             b.temporaries[a16] = (f"torch.empty(({con.extent(con.m)}, {con.extent(con.k)}), "
                                   "device=device, dtype=torch.bfloat16)  # A in bf16 for TMA")
             build_cast_pass(b, stage, a16, f"{stem}_cast_a")
+    if config.get("GLUON"):
+        # the Gluon fp16x3 kernel stores the product; the epilogue kernels (or the rows
+        # kernel) finish the region from it (kforge.providers.builtin.gluon)
+        if config.get("input_precision") != FP16X3:
+            raise CannotGenerate("GLUON: the fp16x3 scheme")
+        build_gluon_gemm(b, stage, config, f"{stem}_gemm_gluon")
+        if vc not in outputs:                   # else the kernel stores the region's result
+            b.temporaries[vc] = None
+        rest = [o for o in outputs if o != vc]
+        if stage.reductions:
+            rows_config = config.get("rows") or target.configs(
+                "rows", {"rows": stage.rows, "cols": stage.cols})[0]
+            build_rows(b, rest, stage.rows, stage.cols, rows_config, f"{stem}_rows")
+        elif rest:
+            _epilogues(b, rest, config, stem)
+        return
     if split_k > 1:
         ws_shape = (split_k,) + tuple(spec.tensor(vc).shape)
         b.temporaries[vc] = (f"torch.empty({ws_shape!r}, device=device, "

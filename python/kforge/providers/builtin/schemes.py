@@ -266,6 +266,7 @@ TMA_DEFAULT = True
 # 128 x 128 tile runs the long main loop slower than the handoff's 128 x 256 and the stored
 # product is a smaller share of the time. =1: wherever eligible; =0: never.
 PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
+GLUON_ENV = "KFORGE_BUILTIN_GLUON"
 PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
 
 
@@ -401,7 +402,8 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
         return []
     con = stage.contraction
     if precision != "bf16" and scheme != FP16X1:     # strict / tf32: fp16x3, or tf32's own
-        return _opt_in_tma_configs(spec, target, precision, stage, scheme)
+        return _gluon_configs(target, stage, scheme) \
+            + _opt_in_tma_configs(spec, target, precision, stage, scheme)
     if _starved_by_tma(spec, target, precision, stage, scheme):
         return _split_k_tma_configs(spec, target, precision, stage, scheme)
     # bf16 operands, unless KFORGE_BUILTIN_TMA=1 (the interpreter: tested, not timed)
@@ -514,6 +516,19 @@ def _split_k_tma_configs(spec: KernelSpec, target, precision: str, stage: Region
 def _tiles_128(con: Contraction) -> int:
     """The product's 128 x 128 output tiles (the TMA kernel's programs at its smallest tile)."""
     return -(-con.extent(con.batch) * con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
+
+
+def _gluon_configs(target, stage: RegionShape, scheme: str) -> list:
+    """KFORGE_BUILTIN_GLUON=1: fp16x3's product by the Gluon kernel first (gluon.py: a K
+    step's three products kept in flight while the step before is added; 128 x 128 x 64, 8
+    warps, 3 stages), where the stage has one product and no row reduction fused on its tile
+    (a rows kernel or the epilogue kernels finish from the stored product). On a GPU only (the
+    interpreter does not run Gluon). Not yet run on a GPU: opt-in."""
+    if os.environ.get(GLUON_ENV) != "1" or scheme != FP16X3 or target.interpreter \
+            or stage.partner is not None:
+        return []
+    from kforge.providers.builtin.gluon import CONFIG
+    return [dict(CONFIG, num_stages=None, GLUON=True)]
 
 
 def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
