@@ -192,6 +192,9 @@ def build_gluon_gemm(b, stage, config: dict, name: str) -> None:
     M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
     if K % 8 or tuple(spec.tensor(vc).shape) != (M, N):
         raise CannotGenerate(f"{op.name}: the Gluon kernel's product is [M, N] with K % 8 == 0")
+    if 2 * N * K + N >= 2 ** 31 or M * N >= 2 ** 31:
+        raise CannotGenerate(f"{op.name}: the Gluon kernel's offsets are int32 (the weight's "
+                             "column exponents sit after its two planes)")
     b.fp16_weights[weight] = ((0,), 2)          # [hi plane, lo plane, column exponents]
     b.gluon = b.tma = True                      # its descriptors are made in the kernel
     BM, BN = config["BLOCK_M"], config["BLOCK_N"]
