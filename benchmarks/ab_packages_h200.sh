@@ -7,7 +7,8 @@
 #   bash benchmarks/ab_packages_h200.sh DIR_A=POLICY DIR_B=POLICY [-- DIR_C=POLICY DIR_D=POLICY ...]
 #
 # Each group (separated by --) is one comparison; DIR is a folder of `build_packages.sh`
-# (DIR/<policy>/<workload>/), POLICY the policy folder in it. Groups are verified at once (the
+# (DIR/<policy>/<workload>/), POLICY the policy folder in it. AB_WORKLOADS="a b ...": only
+# those workloads, verified and timed (default: every workload of each group's first folder). Groups are verified at once (the
 # jobs share the GPU only while verifying; nothing is timed then). Writes $OUT/ab.txt (one line a
 # package and pass: benchmarks/llm/time_package.py's) and $OUT/ab-tune.log, and leaves each
 # folder's tune.json files in place (run_h200.sh's tuned.tar.gz does not cover them: the caller
@@ -30,8 +31,9 @@ done
 pids=()
 for s in "${specs[@]}"; do
   dir="${s%%=*}"; policy="${s#*=}"
+  # shellcheck disable=SC2086
   "$PY" -m kforge.bench.packages --tune --out "$dir" --precision "$policy" --jobs "$JOBS" --gpus 1 \
-    --timeout "${TUNE_TIMEOUT:-180}" > "$OUT/ab-tune-$(basename "$dir").log" 2>&1 &
+    --timeout "${TUNE_TIMEOUT:-180}" ${AB_WORKLOADS:-} > "$OUT/ab-tune-$(basename "$dir").log" 2>&1 &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
@@ -45,6 +47,7 @@ for g in "${groups[@]}"; do
   first="${members[0]}"
   for w in "${first%%=*}/${first#*=}"/*/; do
     w="$(basename "$w")"; row=()
+    [ -n "${AB_WORKLOADS:-}" ] && [[ " $AB_WORKLOADS " != *" $w "* ]] && continue
     for m in "${members[@]}"; do
       p="${m%%=*}/${m#*=}/$w"; [ -d "$p" ] && row+=("$p")
     done
