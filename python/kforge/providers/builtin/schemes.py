@@ -272,7 +272,8 @@ PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
 
 def partial_wanted(K: int, bf16_operands: bool, interpreter: bool) -> bool:
     """Whether an eligible GEMM stage is offered the partial row reductions first (PARTIAL_ENV
-    above); the interpreter only when asked (=1)."""
+    above): `bf16_operands`, A bf16 read where it lies (a bf16 model's activation, no pass: what
+    was timed); the interpreter only when asked (=1)."""
     env = os.environ.get(PARTIAL_ENV)
     if env in ("0", "1"):
         return env == "1"
@@ -458,7 +459,9 @@ def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                    _cfg_tile(128, 128, 64, 8, 4, 16)]
         tiles, keep = own + tiles, len(own)
     if (not fused or target.interpreter) and stage.reductions \
-            and partial_wanted(con.extent(con.k), scheme is None, target.interpreter) \
+            and partial_wanted(con.extent(con.k),
+                               scheme is None and bf16_a_source(spec, con) is not None,
+                               target.interpreter) \
             and partial_reductions(spec, stage) is not None:
         # the partials' kernel: a whole-tile epilogue of 64 accumulator values a thread, as a
         # fused reduction's (the interpreter: 32 x 128 tiles, so that a test's N spans several)
