@@ -95,11 +95,10 @@ def cross_compile(arch: int = 90) -> dict:
     cfg = dict(CONFIG)
     num_warps = cfg.pop("num_warps")
     consts = dict(cfg, LOAD=_load_helper(), EXPONENTS=False, num_warps=num_warps)
+    # in the kernel's parameter order: pointers, sizes, LOAD, then the other constexprs
     sig = {"A2": "*fp16", "B2": "*fp16", "SA": "*fp32", "SB": "*fp32", "C": "*fp32",
-           "M": "i32", "N": "i32", "K": "i32", **{k: "constexpr" for k in consts}}
-    sig = {k: sig[k] for k in ("A2", "B2", "SA", "SB", "C", "M", "N", "K", "LOAD")} | {
-        k: v for k, v in sig.items() if k not in ("A2", "B2", "SA", "SB", "C", "M", "N", "K",
-                                                  "LOAD")}
+           "M": "i32", "N": "i32", "K": "i32", "LOAD": "constexpr",
+           **{k: "constexpr" for k in consts if k != "LOAD"}}
     src = GluonASTSource(_kernel(), sig, constexprs=consts)
     kernel = triton_compile(src, target=GPUTarget("cuda", arch, 32),
                             options={"num_warps": num_warps})
@@ -109,9 +108,8 @@ def cross_compile(arch: int = 90) -> dict:
 
 if __name__ == "__main__":
     import re
-    for _ in range(1):
-        out = cross_compile(90)
-        ptx = out["ptx"]
-        print("shared bytes", out["shared"], "| wgmma", ptx.count("wgmma.mma_async"),
-              "| wait_group", re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx),
-              "| cp.async.bulk.tensor", ptx.count("cp.async.bulk.tensor"))
+    out = cross_compile(90)
+    ptx = out["ptx"]
+    print("shared bytes", out["shared"], "| wgmma", ptx.count("wgmma.mma_async"),
+          "| wait_group", re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx),
+          "| cp.async.bulk.tensor", ptx.count("cp.async.bulk.tensor"))

@@ -130,9 +130,8 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
             b.temporaries[vc] = None
         rest = [o for o in outputs if o != vc]
         if stage.reductions:
-            rows_config = config.get("rows") or target.configs(
-                "rows", {"rows": stage.rows, "cols": stage.cols})[0]
-            build_rows(b, rest, stage.rows, stage.cols, rows_config, f"{stem}_rows")
+            build_rows(b, rest, stage.rows, stage.cols, _rows_config(target, config, stage),
+                       f"{stem}_rows")
         elif rest:
             _epilogues(b, rest, config, stem)
         return
@@ -174,10 +173,8 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         handoff = rounded_handoff(spec, vc)
         build_gemm(b, stage, [handoff], config, f"{stem}_gemm", False)
         b.temporaries[handoff] = None
-        rows_config = config.get("rows") or target.configs(
-            "rows", {"rows": stage.rows, "cols": stage.cols})[0]
         build_rows(b, [o for o in outputs if o not in (vc, handoff)], stage.rows, stage.cols,
-                   rows_config, f"{stem}_rows")
+                   _rows_config(target, config, stage), f"{stem}_rows")
     elif not stage.reductions:
         if gemm_outputs_on_tile(spec, stage):
             saved = b.snapshot()
@@ -193,6 +190,13 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         _epilogues(b, outputs, config, stem)
     else:
         build_gemm(b, stage, outputs, config, f"{stem}_gemm", fuse)
+
+
+def _rows_config(target, config: dict, stage: RegionShape) -> dict:
+    """The rows kernel's configuration after a GEMM that stores the product: the region's
+    tuned `rows` entry, else the target's first for the stage's rows and columns."""
+    return config.get("rows") or target.configs(
+        "rows", {"rows": stage.rows, "cols": stage.cols})[0]
 
 
 def rounded_handoff(spec: KernelSpec, vc: str) -> str:
