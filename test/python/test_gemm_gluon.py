@@ -107,3 +107,41 @@ def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_pa
     assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_90", "bf16"))
     monkeypatch.delenv("KFORGE_BUILTIN_GLUON")
     assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_90", "strict"))
+
+
+def test_the_warp_specialized_gluon_gemm_splits_loader_and_consumers(monkeypatch, tmp_path):
+    """benchmarks/gemm/ws_gluon.py: a persistent bf16 GEMM whose TMA loads come from a
+    one-warp loader partition and whose wgmmas come from two consumer warpgroups (issue 13
+    item 2's warp specialization, which Triton's own `warp_specialize=True` does not give on
+    Hopper). Cross-compiled for sm_90: the partitions get their registers by setmaxnreg (the
+    loader gives up registers, the consumers take them), each consumer keeps one wgmma group
+    in flight in its K loop (wait 1) and drains once a tile (wait 0), the operands come by
+    TMA, within sm_90's shared memory, without spills and without serialized wgmmas (C7514).
+    Whether it is correct and how fast it is against cuBLAS is ws_ab.py's, on the GPU."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    sys.path.insert(0, str(GEMM))
+    import ws_gluon
+
+    from triton.backends.nvidia.compiler import get_ptxas
+    for cfg in ({}, {"BLOCK_N": 128, "STAGES": 4}):
+        out = ws_gluon.cross_compile(90, **cfg)
+        ptx = out["ptx"]
+        regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
+        assert ("dec", str(ws_gluon.REGS[1])) in regs, regs          # the loader's
+        assert ("inc", str(ws_gluon.REGS[0])) in regs, regs          # a consumer's
+        waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
+        assert sorted(waits) == ["0", "0", "1", "1"], waits           # two consumers
+        # BLOCK_K = 64: four k16 wgmmas a step, in each consumer
+        assert ptx.count("wgmma.mma_async") == 8, ptx.count("wgmma.mma_async")
+        assert ptx.count("cp.async.bulk.tensor") >= 2
+        assert "mbarrier.try_wait" in ptx and "mbarrier.arrive" in ptx
+        assert out["shared"] <= 232448, out["shared"]
+        src = tmp_path / "ws.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", str(src), "-o",
+                               str(tmp_path / "ws.cubin")], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        log = proc.stdout + proc.stderr
+        assert "C7514" not in log, log[-2000:]
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
