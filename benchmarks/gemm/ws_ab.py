@@ -14,13 +14,13 @@
    16,384 tokens, 8192^3, and M = 256 (WS_SHAPES="M,N,K;..." overrides).
 
 Writes $OUT/ws_ab.json and prints a table. Variants (WS_VARIANTS, comma-separated):
-  ws           128 x 256 x 64, 3 stages, coalesced epilogue (ws_gluon.CONFIG)
-  ws_s4        the same with 4 stages (208 KiB of shared memory)
+  ws           128 x 256 x 64, 3 stages, the store in 4 column slices (gluon_ws.CONFIG)
+  ws_s4        the same with 4 stages (229,448 bytes of shared memory of sm_90's 232,448)
   ws_n128_s4   128 x 128 x 64, 4 stages
   ws_n128_s6   128 x 128 x 64, 6 stages
   ws_g16       ws with GROUP_M = 16
-(An epilogue storing the wgmma fragments where they lie, COALESCE=False, makes ptxas serialize
-the wgmmas for a bf16 C (C7514, seen in the sm_90 cross-compile), so it is not a variant.)
+(An epilogue storing the wgmma fragments where they lie made ptxas serialize the wgmmas for a
+bf16 C, C7514, in the sm_90 cross-compile: the template moves each slice through shared memory.)
 """
 from __future__ import annotations
 

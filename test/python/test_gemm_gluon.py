@@ -110,7 +110,8 @@ def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_pa
 
 
 def test_the_warp_specialized_gluon_gemm_splits_loader_and_consumers(monkeypatch, tmp_path):
-    """benchmarks/gemm/ws_gluon.py: a persistent bf16 GEMM whose TMA loads come from a
+    """benchmarks/gemm/ws_gluon.py (the builtin's gluon_ws template with a plain store as its
+    epilogue): a persistent bf16 GEMM whose TMA loads come from a
     one-warp loader partition and whose wgmmas come from two consumer warpgroups (issue 13
     item 2's warp specialization, which Triton's own `warp_specialize=True` does not give on
     Hopper). Cross-compiled for sm_90: the partitions get their registers by setmaxnreg (the
@@ -145,3 +146,66 @@ def test_the_warp_specialized_gluon_gemm_splits_loader_and_consumers(monkeypatch
         log = proc.stdout + proc.stderr
         assert "C7514" not in log, log[-2000:]
         assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+
+
+LINEAR_GELU_BF16 = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2880, 1024)
+        self.to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(x)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(2048, 2880, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_builtin_offers_the_warp_specialized_kernel_under_bf16_only_when_asked(
+        tmp_path, monkeypatch):
+    """KFORGE_BUILTIN_WS=1: a bf16 model's Linear + GELU + scale by the warp-specialized Gluon
+    kernel (gluon_ws.py) with the region's epilogue fused in its consumers (the emitter's
+    lines in Gluon's names: erf, the bias load, the bf16 store), and no other kernel. The
+    package compiled for cuda:sm_90 here passes kforge.verify.static and compiles with wgmma
+    and TMA, without spills. Without the variable, under strict, and for the interpreter it is
+    not offered. Not run: the interpreter does not run Gluon."""
+    import json
+
+    from test_compile import kforge
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    src = tmp_path / "linear_gelu_bf16.py"
+    src.write_text(LINEAR_GELU_BF16)
+    monkeypatch.setenv("KFORGE_BUILTIN_WS", "1")
+    pkg = tmp_path / "ws"
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
+    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    assert region["candidate"]["config"].get("WS") is True, region["candidate"]
+    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
+    assert "@gluon.jit" in source and "gl.warp_specialize(" in source
+    assert "gl.erf(" in source and "tl." not in source.split("def launch")[0].split(
+        "_gemm_consumer(")[1].split("@gluon.jit")[0]          # the epilogue in Gluon's names
+    assert "_epilogue[" not in source                    # fused: no kernel after the GEMM
+    proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
+    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    row = [line for line in proc.stdout.splitlines() if "_gemm " in line + " "]
+    assert row and "wgmma" in row[0], proc.stdout
+
+    from kforge.providers.builtin import config_space
+    from kforge.spec import load_spec
+    spec = load_spec(pkg / "regions" / f"{region['hash']}.json")
+    assert not any(c.get("WS") for c in config_space(spec, "cpu", "bf16"))
+    assert not any(c.get("WS") for c in config_space(spec, "cuda:sm_90", "strict"))
+    monkeypatch.delenv("KFORGE_BUILTIN_WS")
+    assert not any(c.get("WS") for c in config_space(spec, "cuda:sm_90", "bf16"))

@@ -147,6 +147,10 @@ def build_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
 
 def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict, name: str,
                fuse_rows: bool, split_k: int = 1) -> None:
+    if config.get("WS"):
+        from kforge.providers.builtin.gluon_ws import emit_gemm_ws
+        emit_gemm_ws(b, shape, outputs, config, name, fuse_rows, split_k)
+        return
     if config.get("TMA"):
         _emit_gemm_tma(b, shape, outputs, config, name, fuse_rows, split_k)
         return

@@ -267,6 +267,9 @@ TMA_DEFAULT = True
 # product is a smaller share of the time. =1: wherever eligible; =0: never.
 PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
 GLUON_ENV = "KFORGE_BUILTIN_GLUON"
+# the warp-specialized Gluon GEMM under bf16 (gluon_ws.py): offered first only when asked (=1);
+# not yet run on a GPU
+WS_ENV = "KFORGE_BUILTIN_WS"
 PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
 
 
@@ -382,6 +385,31 @@ def _weight_read_index(spec: KernelSpec, target, con: Contraction, weight: str):
 
 def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                 scheme: str | None = None) -> list[dict]:
+    """The persistent kernels' configurations: the warp-specialized Gluon kernel's where asked
+    (_ws_configs), then the TMA kernel's (_tma_configs)."""
+    return _ws_configs(spec, target, precision, stage, scheme) \
+        + _tma_configs(spec, target, precision, stage, scheme)
+
+
+def _ws_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                scheme: str | None) -> list[dict]:
+    """KFORGE_BUILTIN_WS=1: bf16 operands' product and its epilogue by the warp-specialized
+    Gluon kernel first (gluon_ws.py: a TMA loader warp, two consumer warpgroups on a 128 x 256
+    tile, the epilogue in 4 column slices), where the stage is a 2-D product of a weight
+    without a partner, on an sm_90 or later GPU, not decode-shaped. A stage whose row
+    reduction the builtin fuses on the tile cannot take it (CannotGenerate: the next
+    configuration). Not yet run on a GPU: opt-in."""
+    if os.environ.get(WS_ENV) != "1" or precision != "bf16" or scheme is not None \
+            or target.interpreter or target.name != "cuda" or target.sm < 90 \
+            or stage.partner is not None or decode_shaped(stage) \
+            or not tma_eligible(spec, target, precision, stage, scheme):
+        return []
+    from kforge.providers.builtin.gluon_ws import CONFIG
+    return [dict(CONFIG, num_stages=None, TMA=True, WS=True)]
+
+
+def _tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                 scheme: str | None = None) -> list[dict]:
     """The TMA kernel's configurations for `scheme` (bf16 operands or fp16x1), where it is
     wanted (tma_wanted) and the stage qualifies (tma_eligible) and, on a GPU, has more than 128
     rows (a decode step's GEMM reads its weights: the pointer kernel's decode tiles) and, for

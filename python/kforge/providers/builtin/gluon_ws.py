@@ -1,0 +1,277 @@
+"""A warp-specialized persistent bf16 GEMM in Gluon, with the region's epilogue fused (opt-in:
+KFORGE_BUILTIN_WS=1, config key WS; schemes._ws_configs). Not yet run on a GPU.
+
+Triton's own `warp_specialize=True` gives no warp specialization on Hopper (2026-12-06g: no
+`setmaxnreg` in its PTX), and the builtin's persistent TMA kernel runs 0.80-0.89x cuBLAS on
+four shapes (2026-12-05f). This kernel splits the warps by role, as cuBLAS's Hopper kernels do:
+
+* a loader partition (one warp, REGS[1] registers) walks the program's tiles and K steps and
+  fills a ring of STAGES shared-memory stages by TMA: it waits until both consumers have
+  released a stage (`empty`, two arrivals), announces the stage's bytes on `ready` and issues
+  the A and B tile loads;
+* two consumer partitions (one warpgroup each, REGS[0] registers: the default partition and a
+  worker) share each BLOCK_M x BLOCK_N tile, BLOCK_M / 2 rows each. A consumer waits for a
+  stage, issues its wgmma asynchronously, waits until only that one is outstanding (so the
+  stage before is no longer read) and releases the stage before. After the tile's last step it
+  drains, and runs the region's epilogue on its rows in EPI_SPLIT column slices (each slice
+  moved to a blocked layout through shared memory, so that loads and stores are rows of
+  contiguous elements), while the loader already fills the ring for the next tile.
+
+All partitions derive the same tile sequence (grouped order; program p takes tiles p, p + P,
+...) and the same global step count: step g uses slot g % STAGES with phase (g // STAGES) & 1.
+An mbarrier arrive is issued by the partition's first thread: each consumer arrives once a
+stage, after its own wait, as CUTLASS's consumers release a stage once a warpgroup.
+
+The epilogue is the emitter's (gemm._emit_epilogue) on each slice, written with `gl.` for
+`tl.`: its index vectors take Gluon's automatic layouts, resolved from the slice's. The
+helpers it calls (@triton.jit combiners) are called as they are. sm_90 cross-compile, Triton
+3.6 and 3.9: both compile (tests/python/test_gemm_gluon.py). benchmarks/gemm/ws_gluon.py runs
+the same template with a plain store as its epilogue, against cuBLAS (ws_ab.py).
+"""
+from __future__ import annotations
+
+import re
+
+# the module's imports when it holds a Gluon kernel (gluon.HEADER, which this shares)
+CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, STAGES=3, EPI_SPLIT=4,
+              num_warps=4)
+MAXNREG = 168            # 12 warps' worth of the register file (9 warps, rounded by warpgroup)
+REGS = (232, 40)         # consumer 1, loader (setmaxnreg); consumer 0 takes what is left
+# the kernel's LOAD argument, evaluated in launch() (gluon.LOAD's reason: Triton 3.6 names the
+# TMA load async_copy_global_to_shared, later versions async_load)
+LOAD = "{name}_load_new if hasattr(tma, 'async_load') else {name}_load_old"
+# what Gluon lacks of the names the emitter's epilogue may use
+_NOT_IN_GLUON = ("broadcast_to", "dot", "make_tensor_descriptor", "range", "PropagateNan")
+
+_HELPERS = '''\
+@gluon.jit
+def {name}_tile(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    # output tile t in grouped order: GROUP_M row tiles a group, the group's columns in turn
+    group = GROUP_M * num_pid_n
+    first_m = (t // group) * GROUP_M
+    group_m = gl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (t % group) % group_m
+    pid_n = (t % group) // group_m
+    return pid_m, pid_n
+
+
+@gluon.jit
+def {name}_load_old(a_d, b_d, bar, a_s, b_s, off_m, off_n, k0):
+    # the A and B tiles of one K step, by TMA (Triton 3.6's name)
+    tma.async_copy_global_to_shared(a_d, [off_m, k0], bar, a_s)
+    tma.async_copy_global_to_shared(b_d, [off_n, k0], bar, b_s)
+
+
+@gluon.jit
+def {name}_load_new(a_d, b_d, bar, a_s, b_s, off_m, off_n, k0):
+    # the same, with the TMA load's later name
+    tma.async_load(a_d, [off_m, k0], bar, a_s)
+    tma.async_load(b_d, [off_n, k0], bar, b_s)
+
+
+@gluon.jit
+def {name}_loader({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.constexpr,
+        LOAD: gl.constexpr, {consts}):
+    # the loader: every K step of every tile of this program, into the ring
+    num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N
+    STEP_BYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    g = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = {name}_tile(t, num_pid_m, num_pid_n, GROUP_M)
+        for k in range(({K} + BLOCK_K - 1) // BLOCK_K):
+            slot = g % STAGES
+            # a fresh mbarrier counts as its phase 1 done: the first round waits for nothing
+            mbarrier.wait(empty.index(slot), ((g // STAGES) & 1) ^ 1)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, STEP_BYTES)
+            LOAD(a_d, b_d, bar, a_bufs.index(slot), b_bufs.index(slot), pid_m * BLOCK_M,
+                 pid_n * BLOCK_N, k * BLOCK_K)
+            g += 1
+
+
+@gluon.jit
+def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.constexpr,
+        LOAD: gl.constexpr, {consts}):
+    # consumer ROLE (0 or 1): rows [ROLE * HALF, ROLE * HALF + HALF) of every tile
+    HALF: gl.constexpr = BLOCK_M // 2
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BLOCK_N, 16])
+    blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+    num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N
+    g = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = {name}_tile(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = gl.zeros([HALF, BLOCK_N], gl.float32, mma)
+        prev = 0
+        for k in range(({K} + BLOCK_K - 1) // BLOCK_K):
+            slot = g % STAGES
+            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(slot).slice(ROLE * HALF, HALF),
+                                b_bufs.index(slot).permute((1, 0)), acc, use_acc=k > 0,
+                                is_async=True)
+            # the step before has retired: release its stage (this consumer's half of it)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            mbarrier.arrive(empty.index(prev), pred=k > 0)
+            prev = slot
+            g += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index(prev))
+        # the epilogue on this consumer's rows, while the loader fills the ring
+        rm = pid_m * BLOCK_M + ROLE * HALF + gl.arange(0, HALF)[:, None]
+{epilogue}
+
+
+@gluon.jit
+def {name}({params}, LOAD: gl.constexpr, {consts}):
+    """{comment}"""
+    smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                              rank=2)
+    a_d = tma.make_tensor_descriptor({A}, [{M}, {K}], [{K}, 1], [BLOCK_M, BLOCK_K], smem)
+    b_d = tma.make_tensor_descriptor({B}, [{N}, {K}], [{K}, 1], [BLOCK_N, BLOCK_K], smem)
+    a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
+    b_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K], smem)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)        # the loader's expect, then the bytes
+        mbarrier.init(empty.index(i), count=2)        # one arrival from each consumer
+    gl.warp_specialize([
+        ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 0, LOAD,
+                           {consts_args})),
+        ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 1, LOAD,
+                           {consts_args})),
+        ({name}_loader, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 1, LOAD,
+                         {consts_args})),
+    ], [4, 1], [{reg_consumer}, {reg_loader}])
+'''
+
+CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "STAGES", "EPI_N")
+
+
+def split_slices(acc: str, slices: int, rows: str = "HALF") -> list[str]:
+    """Lines that split `acc` [rows, BLOCK_N] into `slices` column slices (halves of halves),
+    and the slices' names in column order."""
+    lines, accs = [], [acc]
+    while len(accs) < slices:
+        halves = []
+        for a in accs:
+            lines.append(f"{a}_0, {a}_1 = gl.split(gl.permute(gl.reshape({a}, ({rows}, 2, "
+                         f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
+            halves += [f"{a}_0", f"{a}_1"]
+        accs = halves
+    return lines, accs
+
+
+def to_gluon(lines: list[str]) -> list[str]:
+    """The emitter's Triton lines with Gluon's names (`tl.` -> `gl.`); CannotGenerate where a
+    line needs what Gluon lacks."""
+    from kforge.providers.builtin.emitter import CannotGenerate
+    out = []
+    for line in lines:
+        g = re.sub(r"\btl\.", "gl.", line)
+        for name in _NOT_IN_GLUON:
+            if f"gl.{name}" in g:
+                raise CannotGenerate(f"the warp-specialized kernel's epilogue: gl.{name} does "
+                                     "not exist in Gluon")
+        out.append(g)
+    return out
+
+
+def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, K: int,
+                  epilogue: list[str], comment: str = "") -> str:
+    """The kernel `name` and its partitions and helpers, as module source. `params`: the
+    kernel's pointer parameters (A's and B's among them: `a`, `b`); `epilogue`: the consumer's
+    lines after its K loop, indented for the tile loop's body (8 spaces), with `acc` the
+    consumer's [HALF, BLOCK_N] accumulator and `rm` its rows."""
+    src = _HELPERS
+    for key, val in (("{params}", ", ".join(params)),
+                     ("{consts}", ", ".join(f"{c}: gl.constexpr" for c in CONSTS)),
+                     ("{consts_args}", ", ".join(CONSTS)),
+                     ("{epilogue}", "\n".join(epilogue)), ("{comment}", comment or name),
+                     ("{reg_consumer}", str(REGS[0])), ("{reg_loader}", str(REGS[1])),
+                     ("{A}", a), ("{B}", b), ("{M}", str(M)), ("{N}", str(N)),
+                     ("{K}", str(K)), ("{name}", name)):
+        src = src.replace(key, val)
+    return src
+
+
+def ws_eligible(b, stage, config: dict, fuse_rows: bool, split_k: int) -> str | None:
+    """Why the stage cannot take the kernel, or None."""
+    from kforge.providers.builtin.schemes import tma_eligible
+    if b.precision != "bf16" or config.get("input_precision") is not None:
+        return "bf16 operands only"
+    if b.target.interpreter or b.target.name != "cuda" or b.target.sm < 90:
+        return "an sm_90 or later CUDA GPU only (the interpreter does not run Gluon)"
+    if fuse_rows or split_k > 1 or stage.partner is not None or b.gemm_partials \
+            or config.get("N_PARTS", 1) > 1 or config.get("PAIRED"):
+        return "one product, its epilogue on the tile (no fused row reduction, split-K, " \
+               "partner or column parts)"
+    if not tma_eligible(b.spec, b.target, b.precision, stage, None):
+        return "a 2-D product of a K-major weight with K % 8 == 0"
+    return None
+
+
+def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_rows: bool,
+                 split_k: int = 1) -> None:
+    """The stage's product and its epilogue by the warp-specialized Gluon kernel (the caller
+    is gemm._emit_gemm, inside its index ranges). A: a bf16 model's activation where it lies,
+    else the cast pass's bf16 copy `<product>_a16` (kernels._build_stage makes it for a TMA
+    configuration); B: the weight [N, K] in bf16 from prepare_weights."""
+    from kforge.providers.builtin import indexing as ix
+    from kforge.providers.builtin.analysis import weight_source
+    from kforge.providers.builtin.builder import ops_comment
+    from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope, compose
+    from kforge.providers.builtin.gemm import _emit_epilogue
+    from kforge.providers.builtin.schemes import bf16_a_source
+    why = ws_eligible(b, shape, config, fuse_rows, split_k)
+    if why:
+        raise CannotGenerate(f"the warp-specialized kernel: {why}")
+    spec, con = b.spec, shape.contraction
+    op = con.op
+    M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
+    BM, BN = config["BLOCK_M"], config["BLOCK_N"]
+    slices = config.get("EPI_SPLIT", CONFIG["EPI_SPLIT"])
+    if BM != 128 or BN % (slices * 16) or BN > 256 or slices not in (1, 2, 4):
+        raise CannotGenerate("the warp-specialized kernel: BLOCK_M 128 (two consumers of 64 "
+                             "rows), BLOCK_N <= 256 in 1, 2 or 4 slices of >= 16 columns")
+    weight = weight_source(spec, op.operands[con.b], widened=True)
+    a16 = bf16_a_source(spec, con) or f"{op.results[0]}_a16"
+    b.descriptor_args.update({a16, weight} & {a.name for a in spec.args})
+    kvars = {"rm": KVar("rm", f"rm < {M}" if M % BM else None, ("HALF", "1")),
+             "rn": KVar("rn", f"rn < {N}" if N % BN else None, ("1", "EPI_N"))}
+    em = b.emitter(kvars)
+    em.loads.setdefault(a16, set()).add("dot")
+    em.loads.setdefault(weight, set()).add("dot")       # bf16 from prepare_weights
+    tile = Scope(None, binds={"rm"}, depth=2)
+    em.root = tile
+    lines, accs = split_slices("acc", slices)
+    for line in lines:
+        tile.emit(line)
+    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
+    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
+    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    for i, a in enumerate(accs):
+        part = Scope(tile, binds={"rn"}, depth=2,
+                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
+        part.emit(f"{a} = gl.convert_layout({a}, blk)")
+        part.emit(f"rn = pid_n * BLOCK_N + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
+        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
+                       acc=a)
+        part.close()
+    constexprs = {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": config["BLOCK_K"],
+                  "GROUP_M": config["GROUP_M"], "STAGES": config.get("STAGES", CONFIG["STAGES"]),
+                  "EPI_N": BN // slices}
+    tiles = -(-M // BM) * -(-N // BN)
+    programs = max(1, min(tiles, b.target.compute_units))
+    comment = (f"{op.name} M={M} N={N} K={K}; warp-specialized (a TMA loader warp, two "
+               f"consumer warpgroups), persistent, bf16 operands; epilogue: "
+               f"{ops_comment(spec, em)}")
+    k = b.finish(em, name, outputs, constexprs, [], f"({programs},)", CONFIG["num_warps"],
+                 None, comment, options={"maxnreg": MAXNREG})
+    k.raw = kernel_source(name, k.params, em.pointers[a16], em.pointers[weight], M, N, K,
+                          to_gluon(tile.lines), comment)
+    # LOAD goes first among the constexprs, after the pointers (kernel_source's signature)
+    k.tensors.append(LOAD.replace("{name}", name))
+    b.gluon = b.tma = True
