@@ -176,7 +176,9 @@ def test_the_builtin_offers_the_warp_specialized_kernel_under_bf16_only_when_ask
         tmp_path, monkeypatch):
     """KFORGE_BUILTIN_WS=1: a bf16 model's Linear + GELU + scale by the warp-specialized Gluon
     kernel (gluon_ws.py) with the region's epilogue fused in its consumers (the emitter's
-    lines in Gluon's names: erf, the bias load, the bf16 store), and no other kernel. The
+    lines in Gluon's names: erf, the bias load, the bf16 store), and no other kernel; an fp32
+    model's Linear under bf16 by the same kernel on fp16x1's planes (the split pass before,
+    the scales undone on the tile). The
     package compiled for cuda:sm_90 here passes kforge.verify.static and compiles with wgmma
     and TMA, without spills. Without the variable, under strict, and for the interpreter it is
     not offered. Not run: the interpreter does not run Gluon."""
@@ -201,6 +203,20 @@ def test_the_builtin_offers_the_warp_specialized_kernel_under_bf16_only_when_ask
     assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
     row = [line for line in proc.stdout.splitlines() if "_gemm " in line + " "]
     assert row and "wgmma" in row[0], proc.stdout
+
+    # an fp32 model under bf16: fp16x1's planes, their power-of-two scales undone on the tile
+    src32 = tmp_path / "linear_relu.py"
+    src32.write_text(LINEAR_RELU)
+    pkg32 = tmp_path / "ws32"
+    kforge("compile", src32, "-o", pkg32, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
+    (region32,) = json.loads((pkg32 / "report.json").read_text())["regions"]
+    config = region32["candidate"]["config"]
+    assert config.get("WS") is True and config.get("input_precision") == "fp16x1", config
+    source = (pkg32 / "kernels" / region32["hash"] / "kernel.py").read_text()
+    assert "gl.float16" in source and "s_a = gl.load(" in source and "e_b = gl.load(" in source
+    proc = kforge("xcompile", pkg32, cache=tmp_path / "cache")
+    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
 
     from kforge.providers.builtin import config_space
     from kforge.spec import load_spec

@@ -130,8 +130,8 @@ def {name}({params}, LOAD: gl.constexpr, {consts}):
                                               rank=2)
     a_d = tma.make_tensor_descriptor({A}, [{M}, {K}], [{K}, 1], [BLOCK_M, BLOCK_K], smem)
     b_d = tma.make_tensor_descriptor({B}, [{N}, {K}], [{K}, 1], [BLOCK_N, BLOCK_K], smem)
-    a_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_M, BLOCK_K], smem)
-    b_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K], smem)
+    a_bufs = gl.allocate_shared_memory(gl.{dtype}, [STAGES, BLOCK_M, BLOCK_K], smem)
+    b_bufs = gl.allocate_shared_memory(gl.{dtype}, [STAGES, BLOCK_N, BLOCK_K], smem)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -180,11 +180,12 @@ def to_gluon(lines: list[str]) -> list[str]:
 
 
 def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, K: int,
-                  epilogue: list[str], comment: str = "") -> str:
+                  epilogue: list[str], comment: str = "", dtype: str = "bfloat16") -> str:
     """The kernel `name` and its partitions and helpers, as module source. `params`: the
     kernel's pointer parameters (A's and B's among them: `a`, `b`); `epilogue`: the consumer's
     lines after its K loop, indented for the tile loop's body (8 spaces), with `acc` the
-    consumer's [HALF, BLOCK_N] accumulator and `rm` its rows."""
+    consumer's [HALF, BLOCK_N] accumulator and `rm` its rows; `dtype`: the operands' (bfloat16,
+    or float16 for fp16x1's planes)."""
     src = _HELPERS
     for key, val in (("{params}", ", ".join(params)),
                      ("{consts}", ", ".join(f"{c}: gl.constexpr" for c in CONSTS)),
@@ -192,23 +193,24 @@ def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, 
                      ("{epilogue}", "\n".join(epilogue)), ("{comment}", comment or name),
                      ("{reg_consumer}", str(REGS[0])), ("{reg_loader}", str(REGS[1])),
                      ("{A}", a), ("{B}", b), ("{M}", str(M)), ("{N}", str(N)),
-                     ("{K}", str(K)), ("{name}", name)):
+                     ("{K}", str(K)), ("{dtype}", dtype), ("{name}", name)):
         src = src.replace(key, val)
     return src
 
 
 def ws_eligible(b, stage, config: dict, fuse_rows: bool, split_k: int) -> str | None:
     """Why the stage cannot take the kernel, or None."""
-    from kforge.providers.builtin.schemes import tma_eligible
-    if b.precision != "bf16" or config.get("input_precision") is not None:
-        return "bf16 operands only"
+    from kforge.providers.builtin.schemes import FP16X1, tma_eligible
+    scheme = config.get("input_precision")
+    if b.precision != "bf16" or scheme not in (None, FP16X1):
+        return "the bf16 policy's bf16 operands or fp16x1 planes only"
     if b.target.interpreter or b.target.name != "cuda" or b.target.sm < 90:
         return "an sm_90 or later CUDA GPU only (the interpreter does not run Gluon)"
     if fuse_rows or split_k > 1 or stage.partner is not None or b.gemm_partials \
             or config.get("N_PARTS", 1) > 1 or config.get("PAIRED"):
         return "one product, its epilogue on the tile (no fused row reduction, split-K, " \
                "partner or column parts)"
-    if not tma_eligible(b.spec, b.target, b.precision, stage, None):
+    if not tma_eligible(b.spec, b.target, b.precision, stage, scheme):
         return "a 2-D product of a K-major weight with K % 8 == 0"
     return None
 
@@ -224,7 +226,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     from kforge.providers.builtin.builder import ops_comment
     from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope, compose
     from kforge.providers.builtin.gemm import _emit_epilogue
-    from kforge.providers.builtin.schemes import bf16_a_source
+    from kforge.providers.builtin.schemes import FP16X1, bf16_a_source
     why = ws_eligible(b, shape, config, fuse_rows, split_k)
     if why:
         raise CannotGenerate(f"the warp-specialized kernel: {why}")
@@ -236,16 +238,27 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     if BM != 128 or BN % (slices * 16) or BN > 256 or slices not in (1, 2, 4):
         raise CannotGenerate("the warp-specialized kernel: BLOCK_M 128 (two consumers of 64 "
                              "rows), BLOCK_N <= 256 in 1, 2 or 4 slices of >= 16 columns")
-    weight = weight_source(spec, op.operands[con.b], widened=True)
-    a16 = bf16_a_source(spec, con) or f"{op.results[0]}_a16"
+    fp16 = config.get("input_precision") == FP16X1
+    vc = op.results[0]
+    weight = weight_source(spec, op.operands[con.b], widened=not fp16)
+    # bf16: a bf16 model's activation where it lies, else the cast pass's copy; fp16x1: the
+    # split pass's fp16 plane of A (its first [M, K]), row scales in `<product>_as`
+    a16 = f"{vc}_a16" if fp16 else bf16_a_source(spec, con) or f"{vc}_a16"
     b.descriptor_args.update({a16, weight} & {a.name for a in spec.args})
     kvars = {"rm": KVar("rm", f"rm < {M}" if M % BM else None, ("HALF", "1")),
              "rn": KVar("rn", f"rn < {N}" if N % BN else None, ("1", "EPI_N"))}
     em = b.emitter(kvars)
     em.loads.setdefault(a16, set()).add("dot")
-    em.loads.setdefault(weight, set()).add("dot")       # bf16 from prepare_weights
+    em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
     tile = Scope(None, binds={"rm"}, depth=2)
     em.root = tile
+    if fp16:
+        # prepare_weights' flat [fp16 plane, column exponents] of the weight; the power-of-two
+        # scales are undone on the tile (exact), as the TMA kernel's fp16x1
+        b.fp16_weights[weight] = ((0,), 1)
+        em.loads.setdefault(f"{vc}_as", set()).add("other")
+        tile.emit(f"s_a = gl.load({em.pointers[f'{vc}_as']} + rm"
+                  + (f", mask=rm < {M}, other=1.0)" if M % BM else ")") + "  # A's row scales")
     lines, accs = split_slices("acc", slices)
     for line in lines:
         tile.emit(line)
@@ -257,6 +270,10 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
                      header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
         part.emit(f"{a} = gl.convert_layout({a}, blk)")
         part.emit(f"rn = pid_n * BLOCK_N + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
+        if fp16:        # the weight's column exponents, stored after its plane
+            part.emit(f"e_b = gl.load({em.pointers[weight]} + {N * K} + rn"
+                      + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(gl.int32)")
+            part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(gl.float32, bitcast=True)")
         _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
                        acc=a)
         part.close()
@@ -266,12 +283,12 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     tiles = -(-M // BM) * -(-N // BN)
     programs = max(1, min(tiles, b.target.compute_units))
     comment = (f"{op.name} M={M} N={N} K={K}; warp-specialized (a TMA loader warp, two "
-               f"consumer warpgroups), persistent, bf16 operands; epilogue: "
-               f"{ops_comment(spec, em)}")
+               f"consumer warpgroups), persistent, {'fp16x1' if fp16 else 'bf16'} operands; "
+               f"epilogue: {ops_comment(spec, em)}")
     k = b.finish(em, name, outputs, constexprs, [], f"({programs},)", CONFIG["num_warps"],
                  None, comment, options={"maxnreg": MAXNREG})
     k.raw = kernel_source(name, k.params, em.pointers[a16], em.pointers[weight], M, N, K,
-                          to_gluon(tile.lines), comment)
+                          to_gluon(tile.lines), comment, "float16" if fp16 else "bfloat16")
     # LOAD goes first among the constexprs, after the pointers (kernel_source's signature)
     k.tensors.append(LOAD.replace("{name}", name))
     b.gluon = b.tma = True
