@@ -19,6 +19,10 @@ Writes $OUT/ws_ab.json and prints a table. Variants (WS_VARIANTS, comma-separate
   ws_n128_s4   128 x 128 x 64, 4 stages
   ws_n128_s6   128 x 128 x 64, 6 stages
   ws_g16       ws with GROUP_M = 16
+  pp           the ping-pong schedule (gluon_ws.PINGPONG): each consumer takes every other
+               128 x 128 tile whole, so one's epilogue runs while the other's products do;
+               4 stages
+  pp_s6        pp with 6 stages
 (An epilogue storing the wgmma fragments where they lie made ptxas serialize the wgmmas for a
 bf16 C, C7514, in the sm_90 cross-compile: the template moves each slice through shared memory.)
 """
@@ -39,6 +43,8 @@ VARIANTS = {
     "ws_n128_s4": {"BLOCK_N": 128, "STAGES": 4},
     "ws_n128_s6": {"BLOCK_N": 128, "STAGES": 6},
     "ws_g16": {"GROUP_M": 16},
+    "pp": {"BLOCK_N": 128, "STAGES": 4, "PINGPONG": True},
+    "pp_s6": {"BLOCK_N": 128, "STAGES": 6, "PINGPONG": True},
 }
 SHAPES = [(16384, 6144, 4096), (16384, 4096, 4096), (16384, 28672, 4096), (16384, 4096, 14336),
           (8192, 8192, 8192), (256, 8192, 8192)]

@@ -5,9 +5,9 @@ against cuBLAS; not yet run on a GPU.
 
 The kernel (gluon_ws.py's docstring has the design): a one-warp loader partition fills a ring
 of STAGES shared-memory stages by TMA; two consumer warpgroups share each 128 x 256 tile, 64
-rows each, keep one wgmma group in flight and release the stage before; after a tile's last K
-step each consumer stores its rows in EPI_SPLIT column slices while the loader already fills
-the ring for the next tile. The template bakes M, N and K into the source, so each shape is a
+rows each (or, PINGPONG, take 128 x 128 tiles in turn), keep one wgmma group in flight and
+release the stage before; after a tile's last K step a consumer stores its rows in EPI_SPLIT
+column slices while the loader already fills the ring for the next tile. The template bakes M, N and K into the source, so each shape is a
 module of its own (written to a temporary file: Gluon, like Triton, reads a kernel's source).
 """
 from __future__ import annotations
@@ -29,9 +29,9 @@ REGS, MAXNREG, NUM_WARPS = gluon_ws.REGS, gluon_ws.MAXNREG, gluon_ws.CONFIG["num
 
 
 def source(M: int, N: int, K: int, slices: int = CONFIG["EPI_SPLIT"],
-           out: str = "bfloat16") -> str:
+           out: str = "bfloat16", pingpong: bool = False) -> str:
     """The module source: the kernel `gemm_ws(A, B, C, LOAD, ...)` for this shape."""
-    lines, accs = gluon_ws.split_slices("acc", slices)
+    lines, accs = gluon_ws.split_slices("acc", slices, "BLOCK_M" if pingpong else "HALF")
     body = ["        " + line for line in lines]
     mask = "(rm < M_) & (rn < N_)"
     for i, a in enumerate(accs):
@@ -41,14 +41,16 @@ def source(M: int, N: int, K: int, slices: int = CONFIG["EPI_SPLIT"],
                  f"mask={mask})"]
     body = [line.replace("M_", str(M)).replace("N_", str(N)) for line in body]
     kernel = gluon_ws.kernel_source("gemm_ws", ["A", "B", "C"], "A", "B", M, N, K, body,
-                                    f"C = A @ B.T, {M} x {N} x {K}, bf16 operands")
+                                    f"C = A @ B.T, {M} x {N} x {K}, bf16 operands",
+                                    pingpong=pingpong)
     return "import triton\n" + HEADER + "\n\n" + kernel
 
 
 @functools.lru_cache(maxsize=None)
-def module(M: int, N: int, K: int, slices: int = CONFIG["EPI_SPLIT"], out: str = "bfloat16"):
+def module(M: int, N: int, K: int, slices: int = CONFIG["EPI_SPLIT"], out: str = "bfloat16",
+           pingpong: bool = False):
     path = Path(tempfile.mkdtemp(prefix="kforge-ws-")) / f"gemm_ws_{M}_{N}_{K}.py"
-    path.write_text(source(M, N, K, slices, out))
+    path.write_text(source(M, N, K, slices, out, pingpong))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -78,7 +80,9 @@ def launch(a, b, c=None, **cfg):
     if c is None:
         c = torch.empty(M, N, device=a.device, dtype=torch.bfloat16)
     slices = cfg.pop("EPI_SPLIT")
-    mod = module(M, N, K, slices, "bfloat16" if c.dtype == torch.bfloat16 else "float32")
+    pingpong = bool(cfg.pop("PINGPONG", False))
+    mod = module(M, N, K, slices, "bfloat16" if c.dtype == torch.bfloat16 else "float32",
+                 pingpong)
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
                                                                  device=a.device))
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
@@ -96,8 +100,9 @@ def cross_compile(arch: int = 90, out_dtype: str = "bf16", M: int = 4096, N: int
     from triton.experimental.gluon._runtime import GluonASTSource
     consts = dict(CONFIG, **cfg)
     slices = consts.pop("EPI_SPLIT")
+    pingpong = bool(consts.pop("PINGPONG", False))
     consts["EPI_N"] = consts["BLOCK_N"] // slices
-    mod = module(M, N, K, slices, "bfloat16" if out_dtype == "bf16" else "float32")
+    mod = module(M, N, K, slices, "bfloat16" if out_dtype == "bf16" else "float32", pingpong)
     consts["LOAD"] = load_helper(mod)
     order = ["A", "B", "C", "LOAD"] + list(gluon_ws.CONSTS)
     sig = {"A": "*bf16", "B": "*bf16", "C": f"*{out_dtype}",

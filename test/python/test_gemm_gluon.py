@@ -124,7 +124,10 @@ def test_the_warp_specialized_gluon_gemm_splits_loader_and_consumers(monkeypatch
     import ws_gluon
 
     from triton.backends.nvidia.compiler import get_ptxas
-    for cfg in ({}, {"BLOCK_N": 128, "STAGES": 4}):
+    # the cooperative schedule (two consumers, 64 rows of a tile each: 4 k16 wgmmas a step
+    # each) and the ping-pong one (each consumer a whole 128-row tile: 8)
+    for cfg, wgmmas in (({}, 8), ({"BLOCK_N": 128, "STAGES": 4}, 8),
+                        ({"BLOCK_N": 128, "STAGES": 4, "PINGPONG": True}, 16)):
         out = ws_gluon.cross_compile(90, **cfg)
         ptx = out["ptx"]
         regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
@@ -132,8 +135,7 @@ def test_the_warp_specialized_gluon_gemm_splits_loader_and_consumers(monkeypatch
         assert ("inc", str(ws_gluon.REGS[0])) in regs, regs          # a consumer's
         waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
         assert sorted(waits) == ["0", "0", "1", "1"], waits           # two consumers
-        # BLOCK_K = 64: four k16 wgmmas a step, in each consumer
-        assert ptx.count("wgmma.mma_async") == 8, ptx.count("wgmma.mma_async")
+        assert ptx.count("wgmma.mma_async") == wgmmas, ptx.count("wgmma.mma_async")
         assert ptx.count("cp.async.bulk.tensor") >= 2
         assert "mbarrier.try_wait" in ptx and "mbarrier.arrive" in ptx
         assert out["shared"] <= 232448, out["shared"]
@@ -178,7 +180,7 @@ def test_the_builtin_offers_the_warp_specialized_kernel_under_bf16_only_when_ask
     kernel (gluon_ws.py) with the region's epilogue fused in its consumers (the emitter's
     lines in Gluon's names: erf, the bias load, the bf16 store), and no other kernel; an fp32
     model's Linear under bf16 by the same kernel on fp16x1's planes (the split pass before,
-    the scales undone on the tile). The
+    the scales undone on the tile); =pingpong: the consumers taking whole tiles in turn. The
     package compiled for cuda:sm_90 here passes kforge.verify.static and compiles with wgmma
     and TMA, without spills. Without the variable, under strict, and for the interpreter it is
     not offered. Not run: the interpreter does not run Gluon."""
@@ -203,6 +205,19 @@ def test_the_builtin_offers_the_warp_specialized_kernel_under_bf16_only_when_ask
     assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
     row = [line for line in proc.stdout.splitlines() if "_gemm " in line + " "]
     assert row and "wgmma" in row[0], proc.stdout
+
+    # =pingpong: the consumers take 128 x 128 tiles in turn (each stage has one consumer)
+    monkeypatch.setenv("KFORGE_BUILTIN_WS", "pingpong")
+    pkg_pp = tmp_path / "ws_pp"
+    kforge("compile", src, "-o", pkg_pp, "--target", "cuda:sm_90", "--precision", "bf16",
+           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
+    (region_pp,) = json.loads((pkg_pp / "report.json").read_text())["regions"]
+    assert region_pp["candidate"]["config"].get("PINGPONG") is True, region_pp["candidate"]
+    source = (pkg_pp / "kernels" / region_pp["hash"] / "kernel.py").read_text()
+    assert "mbarrier.init(empty.index(i), count=1)" in source and "2 * gl.num_programs(0)" in source
+    proc = kforge("xcompile", pkg_pp, cache=tmp_path / "cache")
+    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    monkeypatch.setenv("KFORGE_BUILTIN_WS", "1")
 
     # an fp32 model under bf16: fp16x1's planes, their power-of-two scales undone on the tile
     src32 = tmp_path / "linear_relu.py"

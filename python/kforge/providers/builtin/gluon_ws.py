@@ -35,6 +35,9 @@ import re
 # the module's imports when it holds a Gluon kernel (gluon.HEADER, which this shares)
 CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, STAGES=3, EPI_SPLIT=4,
               num_warps=4)
+# the ping-pong schedule: each consumer takes every other tile whole (128 x 128: its
+# accumulator is the cooperative one's size), so one's epilogue overlaps the other's products
+PINGPONG = dict(CONFIG, BLOCK_N=128, STAGES=4, PINGPONG=True)
 MAXNREG = 168            # 12 warps' worth of the register file (9 warps, rounded by warpgroup)
 REGS = (232, 40)         # consumer 1, loader (setmaxnreg); consumer 0 takes what is left
 # the kernel's LOAD argument, evaluated in launch() (gluon.LOAD's reason: Triton 3.6 names the
@@ -93,33 +96,34 @@ def {name}_loader({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.con
 @gluon.jit
 def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.constexpr,
         LOAD: gl.constexpr, {consts}):
-    # consumer ROLE (0 or 1): rows [ROLE * HALF, ROLE * HALF + HALF) of every tile
+    # consumer ROLE (0 or 1): {role_doc}
     HALF: gl.constexpr = BLOCK_M // 2
+    ROWS: gl.constexpr = {rows}
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_N, 16])
     blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
     num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M
     num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N
-    g = 0
-    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+    steps = ({K} + BLOCK_K - 1) // BLOCK_K
+    g = {g0}
+    for t in range({tile_range}):
         pid_m, pid_n = {name}_tile(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gl.zeros([HALF, BLOCK_N], gl.float32, mma)
+        acc = gl.zeros([ROWS, BLOCK_N], gl.float32, mma)
         prev = 0
-        for k in range(({K} + BLOCK_K - 1) // BLOCK_K):
+        for k in range(steps):
             slot = g % STAGES
             mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(slot).slice(ROLE * HALF, HALF),
-                                b_bufs.index(slot).permute((1, 0)), acc, use_acc=k > 0,
-                                is_async=True)
-            # the step before has retired: release its stage (this consumer's half of it)
+            acc = warpgroup_mma({a_tile}, b_bufs.index(slot).permute((1, 0)), acc,
+                                use_acc=k > 0, is_async=True)
+            # the step before has retired: release its stage
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
             mbarrier.arrive(empty.index(prev), pred=k > 0)
             prev = slot
             g += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index(prev))
-        # the epilogue on this consumer's rows, while the loader fills the ring
-        rm = pid_m * BLOCK_M + ROLE * HALF + gl.arange(0, HALF)[:, None]
+        # the epilogue on this consumer's rows, while the loader fills the ring{g_next}
+        rm = pid_m * BLOCK_M + {row0}gl.arange(0, ROWS)[:, None]
 {epilogue}
 
 
@@ -136,7 +140,7 @@ def {name}({params}, LOAD: gl.constexpr, {consts}):
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)        # the loader's expect, then the bytes
-        mbarrier.init(empty.index(i), count=2)        # one arrival from each consumer
+        mbarrier.init(empty.index(i), count={empty_count})        # {empty_doc}
     gl.warp_specialize([
         ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 0, LOAD,
                            {consts_args})),
@@ -150,7 +154,7 @@ def {name}({params}, LOAD: gl.constexpr, {consts}):
 CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "STAGES", "EPI_N")
 
 
-def split_slices(acc: str, slices: int, rows: str = "HALF") -> list[str]:
+def split_slices(acc: str, slices: int, rows: str = "HALF") -> tuple[list[str], list[str]]:
     """Lines that split `acc` [rows, BLOCK_N] into `slices` column slices (halves of halves),
     and the slices' names in column order."""
     lines, accs = [], [acc]
@@ -180,13 +184,35 @@ def to_gluon(lines: list[str]) -> list[str]:
 
 
 def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, K: int,
-                  epilogue: list[str], comment: str = "", dtype: str = "bfloat16") -> str:
+                  epilogue: list[str], comment: str = "", dtype: str = "bfloat16",
+                  pingpong: bool = False) -> str:
     """The kernel `name` and its partitions and helpers, as module source. `params`: the
     kernel's pointer parameters (A's and B's among them: `a`, `b`); `epilogue`: the consumer's
     lines after its K loop, indented for the tile loop's body (8 spaces), with `acc` the
-    consumer's [HALF, BLOCK_N] accumulator and `rm` its rows; `dtype`: the operands' (bfloat16,
-    or float16 for fp16x1's planes)."""
+    consumer's [ROWS, BLOCK_N] accumulator and `rm` its rows; `dtype`: the operands' (bfloat16,
+    or float16 for fp16x1's planes). `pingpong`: each consumer takes every other tile whole
+    (ROWS = BLOCK_M), so that one's epilogue runs while the other's products do; else the two
+    share each tile, HALF rows each (ROWS = HALF)."""
     src = _HELPERS
+    if pingpong:
+        # consumer ROLE's tiles are the program's j-th with j % 2 == ROLE; its steps in the
+        # ring are those of its tiles (the loader fills the ring in tile order)
+        sched = {"{role_doc}": "every other tile of the program, whole",
+                 "{rows}": "BLOCK_M", "{g0}": "ROLE * steps",
+                 "{tile_range}": "gl.program_id(0) + ROLE * gl.num_programs(0), num_pid_m * "
+                                 "num_pid_n, 2 * gl.num_programs(0)",
+                 "{a_tile}": "a_bufs.index(slot)", "{row0}": "",
+                 "{g_next}": "\n        g += steps  # past the other consumer's tile",
+                 "{empty_count}": "1", "{empty_doc}": "the consumer of the step"}
+    else:
+        sched = {"{role_doc}": "rows [ROLE * HALF, ROLE * HALF + HALF) of every tile",
+                 "{rows}": "HALF", "{g0}": "0",
+                 "{tile_range}": "gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)",
+                 "{a_tile}": "a_bufs.index(slot).slice(ROLE * HALF, HALF)",
+                 "{row0}": "ROLE * HALF + ", "{g_next}": "",
+                 "{empty_count}": "2", "{empty_doc}": "one arrival from each consumer"}
+    for key, val in sched.items():
+        src = src.replace(key, val)
     for key, val in (("{params}", ", ".join(params)),
                      ("{consts}", ", ".join(f"{c}: gl.constexpr" for c in CONSTS)),
                      ("{consts_args}", ", ".join(CONSTS)),
@@ -235,9 +261,13 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
     BM, BN = config["BLOCK_M"], config["BLOCK_N"]
     slices = config.get("EPI_SPLIT", CONFIG["EPI_SPLIT"])
-    if BM != 128 or BN % (slices * 16) or BN > 256 or slices not in (1, 2, 4):
+    pingpong = bool(config.get("PINGPONG"))
+    if BM != 128 or BN % (slices * 16) or BN > (128 if pingpong else 256) \
+            or slices not in (1, 2, 4):
         raise CannotGenerate("the warp-specialized kernel: BLOCK_M 128 (two consumers of 64 "
-                             "rows), BLOCK_N <= 256 in 1, 2 or 4 slices of >= 16 columns")
+                             "rows, or of whole tiles with PINGPONG), BLOCK_N <= 256 (128 "
+                             "with PINGPONG) in 1, 2 or 4 slices of >= 16 columns")
+    rows = "BLOCK_M" if pingpong else "HALF"
     fp16 = config.get("input_precision") == FP16X1
     vc = op.results[0]
     weight = weight_source(spec, op.operands[con.b], widened=not fp16)
@@ -245,7 +275,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     # split pass's fp16 plane of A (its first [M, K]), row scales in `<product>_as`
     a16 = f"{vc}_a16" if fp16 else bf16_a_source(spec, con) or f"{vc}_a16"
     b.descriptor_args.update({a16, weight} & {a.name for a in spec.args})
-    kvars = {"rm": KVar("rm", f"rm < {M}" if M % BM else None, ("HALF", "1")),
+    kvars = {"rm": KVar("rm", f"rm < {M}" if M % BM else None, (rows, "1")),
              "rn": KVar("rn", f"rn < {N}" if N % BN else None, ("1", "EPI_N"))}
     em = b.emitter(kvars)
     em.loads.setdefault(a16, set()).add("dot")
@@ -259,7 +289,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
         em.loads.setdefault(f"{vc}_as", set()).add("other")
         tile.emit(f"s_a = gl.load({em.pointers[f'{vc}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")") + "  # A's row scales")
-    lines, accs = split_slices("acc", slices)
+    lines, accs = split_slices("acc", slices, rows)
     for line in lines:
         tile.emit(line)
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
@@ -283,12 +313,14 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     tiles = -(-M // BM) * -(-N // BN)
     programs = max(1, min(tiles, b.target.compute_units))
     comment = (f"{op.name} M={M} N={N} K={K}; warp-specialized (a TMA loader warp, two "
-               f"consumer warpgroups), persistent, {'fp16x1' if fp16 else 'bf16'} operands; "
-               f"epilogue: {ops_comment(spec, em)}")
+               f"consumer warpgroups {'taking tiles in turn' if pingpong else 'sharing a tile'})"
+               f", persistent, {'fp16x1' if fp16 else 'bf16'} operands; epilogue: "
+               f"{ops_comment(spec, em)}")
     k = b.finish(em, name, outputs, constexprs, [], f"({programs},)", CONFIG["num_warps"],
                  None, comment, options={"maxnreg": MAXNREG})
     k.raw = kernel_source(name, k.params, em.pointers[a16], em.pointers[weight], M, N, K,
-                          to_gluon(tile.lines), comment, "float16" if fp16 else "bfloat16")
+                          to_gluon(tile.lines), comment, "float16" if fp16 else "bfloat16",
+                          pingpong)
     # LOAD goes first among the constexprs, after the pointers (kernel_source's signature)
     k.tensors.append(LOAD.replace("{name}", name))
     b.gluon = b.tma = True

@@ -395,18 +395,22 @@ def _ws_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                 scheme: str | None) -> list[dict]:
     """KFORGE_BUILTIN_WS=1: a bf16-policy product (bf16 operands, or fp16x1's planes with their
     power-of-two scales undone on the tile) and its epilogue by the warp-specialized
-    Gluon kernel first (gluon_ws.py: a TMA loader warp, two consumer warpgroups on a 128 x 256
-    tile, the epilogue in 4 column slices), where the stage is a 2-D product of a weight
+    Gluon kernel first (gluon_ws.py: a TMA loader warp and two consumer warpgroups, sharing a
+    128 x 256 tile, then taking 128 x 128 tiles in turn; =pingpong: the other order; the
+    epilogue in 4 column slices), where the stage is a 2-D product of a weight
     without a partner, on an sm_90 or later GPU, not decode-shaped. A stage whose row
     reduction the builtin fuses on the tile cannot take it (CannotGenerate: the next
     configuration). Not yet run on a GPU: opt-in."""
-    if os.environ.get(WS_ENV) != "1" or precision != "bf16" or scheme not in (None, FP16X1) \
+    if os.environ.get(WS_ENV) not in ("1", "pingpong") or precision != "bf16" \
+            or scheme not in (None, FP16X1) \
             or target.interpreter or target.name != "cuda" or target.sm < 90 \
             or stage.partner is not None or decode_shaped(stage) \
             or not tma_eligible(spec, target, precision, stage, scheme):
         return []
-    from kforge.providers.builtin.gluon_ws import CONFIG
-    return [dict(CONFIG, num_stages=None, TMA=True, WS=True)]
+    from kforge.providers.builtin.gluon_ws import CONFIG, PINGPONG
+    both = [dict(CONFIG, num_stages=None, TMA=True, WS=True),
+            dict(PINGPONG, num_stages=None, TMA=True, WS=True)]
+    return both[::-1] if os.environ.get(WS_ENV) == "pingpong" else both
 
 
 def _tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
