@@ -17,6 +17,14 @@ four shapes (2026-12-05f). This kernel splits the warps by role, as cuBLAS's Hop
   moved to a blocked layout through shared memory, so that loads and stores are rows of
   contiguous elements), while the loader already fills the ring for the next tile.
 
+The ping-pong schedule (config key PINGPONG) instead gives each consumer every other tile
+whole (128 x 128, an accumulator of the same size): the loader fills the ring in tile order, so
+one consumer's products run while the other's epilogue does, and each stage has one consumer.
+
+Operands: a bf16 model's bf16 A where it lies (else the cast pass's bf16 copy) and the weight
+cast to bf16 once; or fp16x1's planes (the split pass's fp16 A, the weight's fp16 plane), the
+power-of-two scales undone on the tile before the epilogue.
+
 All partitions derive the same tile sequence (grouped order; program p takes tiles p, p + P,
 ...) and the same global step count: step g uses slot g % STAGES with phase (g // STAGES) & 1.
 An mbarrier arrive is issued by the partition's first thread: each consumer arrives once a
@@ -25,14 +33,14 @@ stage, after its own wait, as CUTLASS's consumers release a stage once a warpgro
 The epilogue is the emitter's (gemm._emit_epilogue) on each slice, written with `gl.` for
 `tl.`: its index vectors take Gluon's automatic layouts, resolved from the slice's. The
 helpers it calls (@triton.jit combiners) are called as they are. sm_90 cross-compile, Triton
-3.6 and 3.9: both compile (tests/python/test_gemm_gluon.py). benchmarks/gemm/ws_gluon.py runs
+3.6 and 3.9: both compile (test/python/test_gemm_gluon.py). benchmarks/gemm/ws_gluon.py runs
 the same template with a plain store as its epilogue, against cuBLAS (ws_ab.py).
 """
 from __future__ import annotations
 
 import re
 
-# the module's imports when it holds a Gluon kernel (gluon.HEADER, which this shares)
+# the cooperative schedule (the generated module's imports are gluon.HEADER's)
 CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, STAGES=3, EPI_SPLIT=4,
               num_warps=4)
 # the ping-pong schedule: each consumer takes every other tile whole (128 x 128: its
