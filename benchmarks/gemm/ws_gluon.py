@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 from kforge.providers.builtin import gluon_ws  # noqa: E402
+from kforge.providers.builtin.gemm import split_slices  # noqa: E402
 from kforge.providers.builtin.gluon import HEADER  # noqa: E402
 
 CONFIG = {k: v for k, v in gluon_ws.CONFIG.items() if k != "num_warps"}
@@ -31,7 +32,7 @@ REGS, MAXNREG, NUM_WARPS = gluon_ws.REGS, gluon_ws.MAXNREG, gluon_ws.CONFIG["num
 def source(M: int, N: int, K: int, slices: int = CONFIG["EPI_SPLIT"],
            out: str = "bfloat16", pingpong: bool = False) -> str:
     """The module source: the kernel `gemm_ws(A, B, C, LOAD, ...)` for this shape."""
-    lines, accs = gluon_ws.split_slices("acc", slices, "BLOCK_M" if pingpong else "HALF")
+    lines, accs = split_slices(["acc"], slices, "BLOCK_M" if pingpong else "HALF", "gl")
     body = ["        " + line for line in lines]
     mask = "(rm < M_) & (rn < N_)"
     for i, a in enumerate(accs):

@@ -73,6 +73,29 @@ def get_init_inputs():
 '''
 
 
+
+def _compiled(tmp_path, model: str, name: str, precision: str):
+    """`model` (a source) compiled for cuda:sm_90 under `precision`, no tuning rounds: its one
+    region's report entry, that region's kernel source, and the package."""
+    import json
+
+    from test_compile import kforge
+    src = tmp_path / f"{name}.py"
+    src.write_text(model)
+    pkg = tmp_path / name
+    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", precision,
+           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
+    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    return region, (pkg / "kernels" / region["hash"] / "kernel.py").read_text(), pkg
+
+
+def _xcompiled(tmp_path, pkg) -> str:
+    """`kforge xcompile PKG`'s report, every kernel compiled for sm_90."""
+    from test_compile import kforge
+    proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
+    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    return proc.stdout
+
 def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_path,
                                                                          monkeypatch):
     """KFORGE_BUILTIN_GLUON=1: a strict Linear's fp16x3 product by the Gluon kernel first
@@ -80,25 +103,15 @@ def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_pa
     package compiled for cuda:sm_90 here takes it (it passes kforge.verify.static and
     compiles with wgmma, no spills); without the variable, and for the interpreter, it is not
     offered. Not run: the interpreter does not run Gluon, and its numbers are the GPU's."""
-    import json
-
-    from test_compile import kforge
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    src = tmp_path / "linear_relu.py"
-    src.write_text(LINEAR_RELU)
     monkeypatch.setenv("KFORGE_BUILTIN_GLUON", "1")
-    pkg = tmp_path / "gluon"
-    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "strict",
-           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
-    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    region, source, pkg = _compiled(tmp_path, LINEAR_RELU, "gluon", "strict")
     assert region["candidate"]["config"].get("GLUON") is True, region["candidate"]
-    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
     assert "@gluon.jit" in source and "_gemm_gluon[(128,)](" in source
     assert "_epilogue[" in source                       # bias, ReLU and scale after it
-    proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
-    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
-    gluon_row = [line for line in proc.stdout.splitlines() if "_gemm_gluon" in line]
-    assert gluon_row and "wgmma" in gluon_row[0], proc.stdout
+    report = _xcompiled(tmp_path, pkg)
+    gluon_row = [line for line in report.splitlines() if "_gemm_gluon" in line]
+    assert gluon_row and "wgmma" in gluon_row[0], report
 
     from kforge.providers.builtin import config_space
     from kforge.spec import load_spec
@@ -184,54 +197,33 @@ def test_the_builtin_offers_the_warp_specialized_kernel_under_bf16_only_when_ask
     package compiled for cuda:sm_90 here passes kforge.verify.static and compiles with wgmma
     and TMA, without spills. Without the variable, under strict, and for the interpreter it is
     not offered. Not run: the interpreter does not run Gluon."""
-    import json
-
-    from test_compile import kforge
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    src = tmp_path / "linear_gelu_bf16.py"
-    src.write_text(LINEAR_GELU_BF16)
     monkeypatch.setenv("KFORGE_BUILTIN_WS", "1")
-    pkg = tmp_path / "ws"
-    kforge("compile", src, "-o", pkg, "--target", "cuda:sm_90", "--precision", "bf16",
-           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
-    (region,) = json.loads((pkg / "report.json").read_text())["regions"]
+    region, source, pkg = _compiled(tmp_path, LINEAR_GELU_BF16, "ws", "bf16")
     assert region["candidate"]["config"].get("WS") is True, region["candidate"]
-    source = (pkg / "kernels" / region["hash"] / "kernel.py").read_text()
     assert "@gluon.jit" in source and "gl.warp_specialize(" in source
-    assert "gl.erf(" in source and "tl." not in source.split("def launch")[0].split(
-        "_gemm_consumer(")[1].split("@gluon.jit")[0]          # the epilogue in Gluon's names
+    consumer = source.split("_gemm_consumer(")[1].split("@gluon.jit")[0]
+    assert "gl.erf(" in consumer and "tl." not in consumer    # the epilogue in Gluon's names
     assert "_epilogue[" not in source                    # fused: no kernel after the GEMM
-    proc = kforge("xcompile", pkg, cache=tmp_path / "cache")
-    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
-    row = [line for line in proc.stdout.splitlines() if "_gemm " in line + " "]
-    assert row and "wgmma" in row[0], proc.stdout
+    report = _xcompiled(tmp_path, pkg)
+    row = [line for line in report.splitlines() if "_gemm " in line + " "]
+    assert row and "wgmma" in row[0], report
 
     # =pingpong: the consumers take 128 x 128 tiles in turn (each stage has one consumer)
     monkeypatch.setenv("KFORGE_BUILTIN_WS", "pingpong")
-    pkg_pp = tmp_path / "ws_pp"
-    kforge("compile", src, "-o", pkg_pp, "--target", "cuda:sm_90", "--precision", "bf16",
-           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
-    (region_pp,) = json.loads((pkg_pp / "report.json").read_text())["regions"]
+    region_pp, source, pkg_pp = _compiled(tmp_path, LINEAR_GELU_BF16, "ws_pp", "bf16")
     assert region_pp["candidate"]["config"].get("PINGPONG") is True, region_pp["candidate"]
-    source = (pkg_pp / "kernels" / region_pp["hash"] / "kernel.py").read_text()
-    assert "mbarrier.init(empty.index(i), count=1)" in source and "2 * gl.num_programs(0)" in source
-    proc = kforge("xcompile", pkg_pp, cache=tmp_path / "cache")
-    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    assert "mbarrier.init(empty.index(i), count=1)" in source \
+        and "2 * gl.num_programs(0)" in source
+    _xcompiled(tmp_path, pkg_pp)
     monkeypatch.setenv("KFORGE_BUILTIN_WS", "1")
 
     # an fp32 model under bf16: fp16x1's planes, their power-of-two scales undone on the tile
-    src32 = tmp_path / "linear_relu.py"
-    src32.write_text(LINEAR_RELU)
-    pkg32 = tmp_path / "ws32"
-    kforge("compile", src32, "-o", pkg32, "--target", "cuda:sm_90", "--precision", "bf16",
-           "--rounds", "0", "--no-cache", cache=tmp_path / "cache")
-    (region32,) = json.loads((pkg32 / "report.json").read_text())["regions"]
+    region32, source, pkg32 = _compiled(tmp_path, LINEAR_RELU, "ws32", "bf16")
     config = region32["candidate"]["config"]
     assert config.get("WS") is True and config.get("input_precision") == "fp16x1", config
-    source = (pkg32 / "kernels" / region32["hash"] / "kernel.py").read_text()
     assert "gl.float16" in source and "s_a = gl.load(" in source and "e_b = gl.load(" in source
-    proc = kforge("xcompile", pkg32, cache=tmp_path / "cache")
-    assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
+    _xcompiled(tmp_path, pkg32)
 
     from kforge.providers.builtin import config_space
     from kforge.spec import load_spec

@@ -328,6 +328,23 @@ def _finish_split_k(b: Builder, em: Emitter, name: str, vc: str, lines, config: 
     b.kernels[-1].tensors.append(vc)
 
 
+def split_slices(accs: list[str], slices: int, rows: str = "BLOCK_M",
+                 ns: str = "tl") -> tuple[list[str], list[str]]:
+    """Lines that split the accumulators `accs` (the tile's columns, in order, each [rows,
+    BLOCK_N // len(accs)]) in halves of halves (reshape, permute, split) until there are
+    `slices`, and the slices' names in column order. `ns`: the language's module name (tl, or
+    gl for a Gluon kernel)."""
+    lines = []
+    while len(accs) < slices:
+        halves = []
+        for a in accs:
+            lines.append(f"{a}_0, {a}_1 = {ns}.split({ns}.permute({ns}.reshape({a}, ({rows}, 2, "
+                         f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
+            halves += [f"{a}_0", f"{a}_1"]
+        accs = halves
+    return lines, accs
+
+
 def _emit_grouped_tile(scope: Scope, tile: str) -> None:
     """pid_m, pid_n of output tile `tile` in grouped order (`num_pid_m` and `group`, GROUP_M
     row tiles by num_pid_n, already bound): the pointer kernel's program, the persistent
@@ -651,13 +668,9 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     if epi_slices > len(accs):
         tile.emit(f"# the epilogue in {epi_slices} column slices of EPI_N (halves of halves: "
                   "reshape, permute, split)")
-    while len(accs) < epi_slices:
-        halves = []
-        for a in accs:
-            tile.emit(f"{a}_0, {a}_1 = tl.split(tl.permute(tl.reshape({a}, (BLOCK_M, 2, "
-                      f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
-            halves += [f"{a}_0", f"{a}_1"]
-        accs = halves
+    lines, accs = split_slices(accs, epi_slices)
+    for line in lines:
+        tile.emit(line)
     accs_p = []
     if weight_p is not None:        # the second half's slices: the partner's product
         accs, accs_p = accs[:epi_slices // 2], accs[epi_slices // 2:]

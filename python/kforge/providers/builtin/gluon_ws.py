@@ -162,20 +162,6 @@ def {name}({params}, LOAD: gl.constexpr, {consts}):
 CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "STAGES", "EPI_N")
 
 
-def split_slices(acc: str, slices: int, rows: str = "HALF") -> tuple[list[str], list[str]]:
-    """Lines that split `acc` [rows, BLOCK_N] into `slices` column slices (halves of halves),
-    and the slices' names in column order."""
-    lines, accs = [], [acc]
-    while len(accs) < slices:
-        halves = []
-        for a in accs:
-            lines.append(f"{a}_0, {a}_1 = gl.split(gl.permute(gl.reshape({a}, ({rows}, 2, "
-                         f"BLOCK_N // {2 * len(accs)})), (0, 2, 1)))")
-            halves += [f"{a}_0", f"{a}_1"]
-        accs = halves
-    return lines, accs
-
-
 def to_gluon(lines: list[str]) -> list[str]:
     """The emitter's Triton lines with Gluon's names (`tl.` -> `gl.`); CannotGenerate where a
     line needs what Gluon lacks."""
@@ -259,7 +245,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     from kforge.providers.builtin.analysis import weight_source
     from kforge.providers.builtin.builder import ops_comment
     from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope, compose
-    from kforge.providers.builtin.gemm import _emit_epilogue
+    from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
     from kforge.providers.builtin.schemes import FP16X1, bf16_a_source
     why = ws_eligible(b, shape, config, fuse_rows, split_k)
     if why:
@@ -297,7 +283,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
         em.loads.setdefault(f"{vc}_as", set()).add("other")
         tile.emit(f"s_a = gl.load({em.pointers[f'{vc}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")") + "  # A's row scales")
-    lines, accs = split_slices("acc", slices, rows)
+    lines, accs = split_slices(["acc"], slices, rows, "gl")
     for line in lines:
         tile.emit(line)
     p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
