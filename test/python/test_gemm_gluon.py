@@ -99,7 +99,7 @@ def _xcompiled(tmp_path, pkg) -> str:
 def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_path,
                                                                          monkeypatch):
     """KFORGE_BUILTIN_GLUON=1: a strict Linear's fp16x3 product by the Gluon kernel first
-    (schemes._gluon_configs), then the region's epilogue kernel from the stored product. The
+    (schemes._gluon_configs), the region's epilogue fused on its tile (gluon._fused). The
     package compiled for cuda:sm_90 here takes it (it passes kforge.verify.static and
     compiles with wgmma, no spills); without the variable, and for the interpreter, it is not
     offered. Not run: the interpreter does not run Gluon, and its numbers are the GPU's."""
@@ -108,7 +108,10 @@ def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_pa
     region, source, pkg = _compiled(tmp_path, LINEAR_RELU, "gluon", "strict")
     assert region["candidate"]["config"].get("GLUON") is True, region["candidate"]
     assert "@gluon.jit" in source and "_gemm_gluon[(128,)](" in source
-    assert "_epilogue[" in source                       # bias, ReLU and scale after it
+    # bias, ReLU and scale fused on the kernel's tile, in Gluon's names: no kernel after it
+    assert "_epilogue[" not in source
+    kernel = source.split("def kforge_region_")[-1]
+    assert "gl.convert_layout(acc_0, blk)" in kernel and "gl.store(" in kernel
     report = _xcompiled(tmp_path, pkg)
     gluon_row = [line for line in report.splitlines() if "_gemm_gluon" in line]
     assert gluon_row and "wgmma" in gluon_row[0], report

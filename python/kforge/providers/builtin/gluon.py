@@ -12,7 +12,9 @@ accumulators' registers, and ptxas then serialized every wgmma (its warning C751
 
 The kernel computes the scaled fp32 product of a 2-D stage, A from the split pass's [2, M, K]
 planes and row scales, B from prepare_weights' flat [hi, lo, column exponents] buffer of a
-[N, K] weight, into the product's own [M, N] buffer; the region's epilogue (or rows kernel)
+[N, K] weight. Where every output of the stage is an image of the product's tile, the region's
+epilogue runs on the tile (_fused: the emitter's lines in Gluon's names, in column slices);
+else (a row reduction) it stores the product into its own [M, N] buffer, and the rows kernel
 reads it from there. Tiles 128 x 128 x 64, 8 warps, 3 stages of the four operand tiles (192
 KiB of shared memory), one output tile a program in grouped order. TMA clips at the planes'
 2M and 2N rows and K (a hi tile past M reads lo rows into output rows past M, which are not
@@ -164,21 +166,40 @@ def {name}(A2, B2, SA, SB, C, M, N, K, LOAD: gl.constexpr, BLOCK_M: gl.constexpr
     else:
         s_b = gl.load(SB + cols, mask=cols < N, other=1.0)
     acc = acc * s_a[:, None] * s_b[None, :]
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
-    gl.store(C + rows[:, None] * N + cols[None, :], acc, mask=mask)
+{epilogue}
 '''
 
+# the kernel's own end: the scaled product stored into C
+_STORE = """\
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    gl.store(C + rows[:, None] * N + cols[None, :], acc, mask=mask)"""
 
-def kernel_source(name: str, comment: str = "") -> str:
-    """The Gluon kernel `name` (and its `name`_load helper), as module source."""
-    return _KERNEL.replace("{name}", name).replace("{comment}", comment or name)
+
+def kernel_source(name: str, comment: str = "", params: list[str] | None = None,
+                  epilogue: list[str] | None = None) -> str:
+    """The Gluon kernel `name` (and its `name`_load helpers), as module source: by default
+    with the pointer parameters A2, B2, SA, SB, C and the scaled product stored into C.
+    `params` and `epilogue` (build_gluon_gemm's fused form): the pointer parameters, A's
+    planes, the weight's buffer and A's row scales first, and the lines that follow the
+    scales' undoing (indented 4 spaces) in place of the store."""
+    src = _KERNEL.replace("{epilogue}", _STORE if epilogue is None else "\n".join(epilogue))
+    if params is not None:
+        a2, b2, sa = params[:3]
+        src = src.replace("def {name}(A2, B2, SA, SB, C, M, N, K,",
+                          "def {name}(" + ", ".join(params) + ", M, N, K,")
+        for old, new in (("(A2,", f"({a2},"), ("(B2,", f"({b2},"), ("gl.load(SA +",
+                         f"gl.load({sa} +"), ("gl.load(SB +", f"gl.load({b2} +")):
+            src = src.replace(old, new)
+    return src.replace("{name}", name).replace("{comment}", comment or name)
 
 
-def build_gluon_gemm(b, stage, config: dict, name: str) -> None:
+def build_gluon_gemm(b, stage, config: dict, name: str, outputs: list[str] | None = None
+                     ) -> None:
     """The stage's scaled fp32 product into its own buffer (the caller makes it a temporary),
     by the Gluon kernel: A's planes and row scales from the split pass (`<vc>_a16`,
     `<vc>_as`), the weight's planes and column exponents from prepare_weights. 2-D, one
-    product, the weight [N, K] read as it lies (schemes.tma_eligible), on a GPU."""
+    product, the weight [N, K] read as it lies (schemes.tma_eligible), on a GPU. `outputs`:
+    the region's epilogue fused instead, storing those (_fused)."""
     from kforge.providers.builtin.analysis import weight_source
     from kforge.providers.builtin.builder import Kernel
     from kforge.providers.builtin.emitter import CannotGenerate
@@ -196,14 +217,78 @@ def build_gluon_gemm(b, stage, config: dict, name: str) -> None:
         raise CannotGenerate(f"{op.name}: the Gluon kernel's offsets are int32 (the weight's "
                              "column exponents sit after its two planes)")
     b.fp16_weights[weight] = ((0,), 2)          # [hi plane, lo plane, column exponents]
-    b.gluon = b.tma = True                      # its descriptors are made in the kernel
     BM, BN = config["BLOCK_M"], config["BLOCK_N"]
     constexprs = {k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
     constexprs.update(STAGES=config.get("STAGES", CONFIG["STAGES"]), EXPONENTS=True)
     tiles = -(-M // BM) * -(-N // BN)
+    if outputs is not None:
+        _fused(b, con, outputs, config, name, weight, constexprs, f"({tiles},)")
+        b.gluon = b.tma = True
+        return
+    b.gluon = b.tma = True                      # its descriptors are made in the kernel
     b.kernels.append(Kernel(
         name, ["A2", "B2", "SA", "SB", "C"],
         [f"{vc}_a16", weight, f"{vc}_as", weight, vc, str(M), str(N), str(K),
          LOAD.replace("{name}", name)],
         constexprs, [], f"({tiles},)", config["num_warps"], None,
         outputs=[vc], raw=kernel_source(name, f"{op.name} {M} x {N} x {K}, fp16x3, in Gluon")))
+
+
+def _fused(b, con, outputs: list[str], config: dict, name: str, weight: str, constexprs: dict,
+           grid: str) -> None:
+    """The kernel with the region's epilogue on its tile in place of the product's store: the
+    emitter's lines (gemm._emit_epilogue) in Gluon's names (gluon_ws.to_gluon), on the scaled
+    accumulator in EPI_SPLIT column slices, each moved to a blocked layout of the kernel's
+    warps through shared memory first (gluon_ws's consumers do the same)."""
+    from kforge.providers.builtin import indexing as ix
+    from kforge.providers.builtin.builder import ops_comment
+    from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope, compose
+    from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
+    from kforge.providers.builtin.gluon_ws import to_gluon
+    spec, op = b.spec, con.op
+    vc = op.results[0]
+    M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
+    BM, BN = config["BLOCK_M"], config["BLOCK_N"]
+    slices = config.get("EPI_SPLIT", 2)
+    if BN % (slices * 16) or slices not in (1, 2, 4):
+        raise CannotGenerate("the Gluon kernel's epilogue: 1, 2 or 4 slices of >= 16 columns")
+    kvars = {"rm": KVar("rm", f"rm < {M}" if M % BM else None, ("BLOCK_M", "1")),
+             "rn": KVar("rn", f"rn < {N}" if N % BN else None, ("1", "EPI_N"))}
+    em = b.emitter(kvars)
+    a16, scales = f"{vc}_a16", f"{vc}_as"
+    em.loads.setdefault(a16, set()).add("dot")
+    em.loads.setdefault(weight, set()).add("dot")
+    em.loads.setdefault(scales, set()).add("other")
+    tile = Scope(None, binds={"rm"}, depth=1)
+    em.root = tile
+    warps = config["num_warps"]
+    tile.emit(f"blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [{warps}, 1], [1, 0])")
+    tile.emit("rm = off_m + gl.arange(0, BLOCK_M)[:, None]")
+    lines, accs = split_slices(["acc"], slices, "BLOCK_M", "gl")
+    for line in lines:
+        tile.emit(line)
+    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
+    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
+    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    for i, a in enumerate(accs):
+        part = Scope(tile, binds={"rn"}, depth=1,
+                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
+        part.emit(f"{a} = gl.convert_layout({a}, blk)")
+        part.emit(f"rn = off_n + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
+        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
+                       acc=a)
+        part.close()
+    constexprs = dict(constexprs, EPI_N=BN // slices)
+    comment = (f"{op.name} {M} x {N} x {K}, fp16x3, in Gluon; epilogue: "
+               f"{ops_comment(spec, em)}")
+    k = b.finish(em, name, outputs, constexprs, [], grid, config["num_warps"], None, comment)
+    # A's planes, the weight's buffer, A's row scales first (kernel_source's fused signature)
+    first = [em.pointers[a16], em.pointers[weight], em.pointers[scales]]
+    order = first + [p for p in k.params if p not in first]
+    tensors = dict(zip(k.params, k.tensors))
+    k.params, k.tensors = order, [tensors[p] for p in order]
+    k.raw = kernel_source(name, comment, k.params, to_gluon(tile.lines))
+    k.raw = k.raw.replace("EXPONENTS: gl.constexpr,\n        num_warps: gl.constexpr):",
+                          "EXPONENTS: gl.constexpr,\n        num_warps: gl.constexpr, "
+                          "EPI_N: gl.constexpr):")
+    k.tensors += [str(M), str(N), str(K), LOAD.replace("{name}", name)]

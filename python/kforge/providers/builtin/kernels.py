@@ -125,6 +125,14 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         # kernel) finish the region from it (kforge.providers.builtin.gluon)
         if config.get("input_precision") != FP16X3:
             raise CannotGenerate("GLUON: the fp16x3 scheme")
+        if not stage.reductions and gemm_outputs_on_tile(spec, stage):
+            # the region's epilogue fused on the kernel's tile (gluon._fused)
+            saved = b.snapshot()
+            try:
+                build_gluon_gemm(b, stage, config, f"{stem}_gemm_gluon", outputs)
+                return
+            except CannotGenerate:
+                b.restore(saved)
         build_gluon_gemm(b, stage, config, f"{stem}_gemm_gluon")
         if vc not in outputs:                   # else the kernel stores the region's result
             b.temporaries[vc] = None
