@@ -81,7 +81,8 @@ def {name}_load_new(a_d, b_d, bar, a_s, b_s, off_m, off_n, k0):
 
 
 @gluon.jit
-def {name}_loader({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.constexpr,
+def {name}_loader({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn,
+        ROLE: gl.constexpr,
         LOAD: gl.constexpr, {consts}):
     # the loader: every K step of every tile of this program, into the ring
     num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M
@@ -102,7 +103,8 @@ def {name}_loader({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.con
 
 
 @gluon.jit
-def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.constexpr,
+def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn,
+        ROLE: gl.constexpr,
         LOAD: gl.constexpr, {consts}):
     # consumer ROLE (0 or 1): {role_doc}
     HALF: gl.constexpr = BLOCK_M // 2
@@ -114,8 +116,9 @@ def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.c
     num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N
     steps = ({K} + BLOCK_K - 1) // BLOCK_K
     g = {g0}
+    i = 0
     for t in range({tile_range}):
-        pid_m, pid_n = {name}_tile(t, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = {name}_tile(t, num_pid_m, num_pid_n, GROUP_M){turn_wait}
         acc = gl.zeros([ROWS, BLOCK_N], gl.float32, mma)
         prev = 0
         for k in range(steps):
@@ -129,7 +132,8 @@ def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, ROLE: gl.c
             prev = slot
             g += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index(prev))
+        mbarrier.arrive(empty.index(prev)){turn_arrive}
+        i += 1
         # the epilogue on this consumer's rows, while the loader fills the ring{g_next}
         rm = pid_m * BLOCK_M + {row0}gl.arange(0, ROWS)[:, None]
 {epilogue}
@@ -146,15 +150,22 @@ def {name}({params}, LOAD: gl.constexpr, {consts}):
     b_bufs = gl.allocate_shared_memory(gl.{dtype}, [STAGES, BLOCK_N, BLOCK_K], smem)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    # ping-pong's turns: turn[c] completes a phase each time consumer c's products are done
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)        # the loader's expect, then the bytes
         mbarrier.init(empty.index(i), count={empty_count})        # {empty_doc}
     gl.warp_specialize([
-        ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 0, LOAD,
+        ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn, 0,
+                           LOAD,
                            {consts_args})),
-        ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 1, LOAD,
+        ({name}_consumer, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn, 1,
+                           LOAD,
                            {consts_args})),
-        ({name}_loader, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, 1, LOAD,
+        ({name}_loader, ({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn, 1,
+                           LOAD,
                          {consts_args})),
     ], [4, 1], [{reg_consumer}, {reg_loader}])
 '''
@@ -197,14 +208,23 @@ def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, 
                                  "num_pid_n, 2 * gl.num_programs(0)",
                  "{a_tile}": "a_bufs.index(slot)", "{row0}": "",
                  "{g_next}": "\n        g += steps  # past the other consumer's tile",
-                 "{empty_count}": "1", "{empty_doc}": "the consumer of the step"}
+                 "{empty_count}": "1", "{empty_doc}": "the consumer of the step",
+                 # a consumer's products start when the other's are done (CUTLASS's ordered
+                 # math barrier): consumer 1's i-th tile after consumer 0's i-th, consumer 0's
+                 # after consumer 1's (i-1)-th. Besides keeping the two out of phase, this keeps
+                 # each waiter within one phase of a stage's barrier: without it consumer 1
+                 # waits for a stage's round many rounds ahead, and a phase's parity cannot
+                 # tell them apart (test_gluon_ws_protocol found the race)
+                 "{turn_wait}": "\n        mbarrier.wait(turn.index(1 - ROLE), (i & 1) ^ (1 - ROLE))",
+                 "{turn_arrive}": "\n        mbarrier.arrive(turn.index(ROLE))"}
     else:
         sched = {"{role_doc}": "rows [ROLE * HALF, ROLE * HALF + HALF) of every tile",
                  "{rows}": "HALF", "{g0}": "0",
                  "{tile_range}": "gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)",
                  "{a_tile}": "a_bufs.index(slot).slice(ROLE * HALF, HALF)",
                  "{row0}": "ROLE * HALF + ", "{g_next}": "",
-                 "{empty_count}": "2", "{empty_doc}": "one arrival from each consumer"}
+                 "{empty_count}": "2", "{empty_doc}": "one arrival from each consumer",
+                 "{turn_wait}": "", "{turn_arrive}": ""}
     for key, val in sched.items():
         src = src.replace(key, val)
     for key, val in (("{params}", ", ".join(params)),
