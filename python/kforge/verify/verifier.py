@@ -789,7 +789,19 @@ def verify_candidate(spec, candidate, target="cpu", precision: str = "strict", *
     finally:
         if worker is not None:
             worker.kill()
+        _remove_job_dir(job_dir)
+
+
+def _remove_job_dir(job_dir: Path, tries: int = 100) -> None:
+    """Remove the job directory. A forked worker's zygote writes its `exit_status` into it
+    right after reaping the worker; a worker seen gone before that (sandbox._Forked.poll) can
+    have that file land while the directory is being removed, which then leaves it behind (seen
+    once in CI on a loaded machine). So: remove, and again while it is still there."""
+    for _ in range(tries):
         shutil.rmtree(job_dir, ignore_errors=True)
+        if not job_dir.exists():
+            return
+        time.sleep(0.01)
 
 
 def _verify_in(job_dir: Path, worker, *, sig, source, reference, policy_ref,
