@@ -240,11 +240,9 @@ def _fused(b, con, outputs: list[str], config: dict, name: str, weight: str, con
     emitter's lines (gemm._emit_epilogue) in Gluon's names (gluon_ws.to_gluon), on the scaled
     accumulator in EPI_SPLIT column slices, each moved to a blocked layout of the kernel's
     warps through shared memory first (gluon_ws's consumers do the same)."""
-    from kforge.providers.builtin import indexing as ix
     from kforge.providers.builtin.builder import ops_comment
-    from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope, compose
-    from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
-    from kforge.providers.builtin.gluon_ws import to_gluon
+    from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope
+    from kforge.providers.builtin.gluon_ws import sliced_epilogue, to_gluon
     spec, op = b.spec, con.op
     vc = op.results[0]
     M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
@@ -264,20 +262,7 @@ def _fused(b, con, outputs: list[str], config: dict, name: str, weight: str, con
     warps = config["num_warps"]
     tile.emit(f"blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [{warps}, 1], [1, 0])")
     tile.emit("rm = off_m + gl.arange(0, BLOCK_M)[:, None]")
-    lines, accs = split_slices(["acc"], slices, "BLOCK_M", "gl")
-    for line in lines:
-        tile.emit(line)
-    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
-    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
-    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
-    for i, a in enumerate(accs):
-        part = Scope(tile, binds={"rn"}, depth=1,
-                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
-        part.emit(f"{a} = gl.convert_layout({a}, blk)")
-        part.emit(f"rn = off_n + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
-        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
-                       acc=a)
-        part.close()
+    sliced_epilogue(b, em, tile, con, outputs, slices, "BLOCK_M", "off_n")
     constexprs = dict(constexprs, EPI_N=BN // slices)
     comment = (f"{op.name} {M} x {N} x {K}, fp16x3, in Gluon; epilogue: "
                f"{ops_comment(spec, em)}")

@@ -238,6 +238,35 @@ def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, 
     return src
 
 
+def sliced_epilogue(b, em, tile, con, outputs: list[str], slices: int, rows: str,
+                    first_col: str, scale=None) -> None:
+    """The region's epilogue on the accumulator `acc` [rows, BLOCK_N] bound in `tile` (with
+    `rm` and a layout `blk`), in `slices` column slices of EPI_N: each moved to `blk` through
+    shared memory, `rn` its columns from `first_col`, then `scale(part, slice)`'s lines if
+    given, then the emitter's (gemm._emit_epilogue: reading the product inlines to the slice;
+    the caller writes the lines in Gluon's names, to_gluon)."""
+    from kforge.providers.builtin import indexing as ix
+    from kforge.providers.builtin.emitter import Scope, compose
+    from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
+    op = con.op
+    lines, accs = split_slices(["acc"], slices, rows, "gl")
+    for line in lines:
+        tile.emit(line)
+    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
+    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
+    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    for i, a in enumerate(accs):
+        part = Scope(tile, binds={"rn"}, depth=tile.depth,
+                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
+        part.emit(f"{a} = gl.convert_layout({a}, blk)")
+        part.emit(f"rn = {first_col} + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
+        if scale is not None:
+            scale(part, a)
+        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
+                       acc=a)
+        part.close()
+
+
 def ws_eligible(b, stage, config: dict, fuse_rows: bool, split_k: int) -> str | None:
     """Why the stage cannot take the kernel, or None."""
     from kforge.providers.builtin.schemes import FP16X1, tma_eligible
@@ -261,11 +290,9 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     is gemm._emit_gemm, inside its index ranges). A: a bf16 model's activation where it lies,
     else the cast pass's bf16 copy `<product>_a16` (kernels._build_stage makes it for a TMA
     configuration); B: the weight [N, K] in bf16 from prepare_weights."""
-    from kforge.providers.builtin import indexing as ix
     from kforge.providers.builtin.analysis import weight_source
     from kforge.providers.builtin.builder import ops_comment
-    from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope, compose
-    from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
+    from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope
     from kforge.providers.builtin.schemes import FP16X1, bf16_a_source
     why = ws_eligible(b, shape, config, fuse_rows, split_k)
     if why:
@@ -303,24 +330,13 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
         em.loads.setdefault(f"{vc}_as", set()).add("other")
         tile.emit(f"s_a = gl.load({em.pointers[f'{vc}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")") + "  # A's row scales")
-    lines, accs = split_slices(["acc"], slices, rows, "gl")
-    for line in lines:
-        tile.emit(line)
-    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
-    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
-    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
-    for i, a in enumerate(accs):
-        part = Scope(tile, binds={"rn"}, depth=2,
-                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
-        part.emit(f"{a} = gl.convert_layout({a}, blk)")
-        part.emit(f"rn = pid_n * BLOCK_N + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
-        if fp16:        # the weight's column exponents, stored after its plane
-            part.emit(f"e_b = gl.load({em.pointers[weight]} + {N * K} + rn"
-                      + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(gl.int32)")
-            part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(gl.float32, bitcast=True)")
-        _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
-                       acc=a)
-        part.close()
+    def scale(part, a):             # the weight's column exponents, stored after its plane
+        part.emit(f"e_b = gl.load({em.pointers[weight]} + {N * K} + rn"
+                  + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(gl.int32)")
+        part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(gl.float32, bitcast=True)")
+
+    sliced_epilogue(b, em, tile, con, outputs, slices, rows, "pid_n * BLOCK_N",
+                    scale if fp16 else None)
     constexprs = {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": config["BLOCK_K"],
                   "GROUP_M": config["GROUP_M"], "STAGES": config.get("STAGES", CONFIG["STAGES"]),
                   "EPI_N": BN // slices}
