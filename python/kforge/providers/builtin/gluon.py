@@ -70,7 +70,7 @@ def {name}_load_new(ah_s, al_s, bh_s, bl_s, a_d, b_d, ready, step, slot, off_m, 
 @gluon.jit
 def {name}(A2, B2, SA, SB, C, M, N, K, LOAD: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
         GROUP_M: gl.constexpr, STAGES: gl.constexpr, EXPONENTS: gl.constexpr,
-        num_warps: gl.constexpr):
+        num_warps: gl.constexpr{consts}):
     """fp16x3 product tile: {comment}"""
     pid = gl.program_id(0)
     num_pid_m = gl.cdiv(M, BLOCK_M)
@@ -176,13 +176,15 @@ _STORE = """\
 
 
 def kernel_source(name: str, comment: str = "", params: list[str] | None = None,
-                  epilogue: list[str] | None = None) -> str:
+                  epilogue: list[str] | None = None, consts: tuple[str, ...] = ()) -> str:
     """The Gluon kernel `name` (and its `name`_load helpers), as module source: by default
     with the pointer parameters A2, B2, SA, SB, C and the scaled product stored into C.
     `params` and `epilogue` (build_gluon_gemm's fused form): the pointer parameters, A's
     planes, the weight's buffer and A's row scales first, and the lines that follow the
-    scales' undoing (indented 4 spaces) in place of the store."""
+    scales' undoing (indented 4 spaces) in place of the store; `consts`, the constexprs they
+    need besides the kernel's own (EPI_N)."""
     src = _KERNEL.replace("{epilogue}", _STORE if epilogue is None else "\n".join(epilogue))
+    src = src.replace("{consts}", "".join(f", {c}: gl.constexpr" for c in consts))
     if params is not None:
         a2, b2, sa = params[:3]
         src = src.replace("def {name}(A2, B2, SA, SB, C, M, N, K,",
@@ -221,11 +223,10 @@ def build_gluon_gemm(b, stage, config: dict, name: str, outputs: list[str] | Non
     constexprs = {k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
     constexprs.update(STAGES=config.get("STAGES", CONFIG["STAGES"]), EXPONENTS=True)
     tiles = -(-M // BM) * -(-N // BN)
+    b.gluon = b.tma = True                      # its descriptors are made in the kernel
     if outputs is not None:
         _fused(b, con, outputs, config, name, weight, constexprs, f"({tiles},)")
-        b.gluon = b.tma = True
         return
-    b.gluon = b.tma = True                      # its descriptors are made in the kernel
     b.kernels.append(Kernel(
         name, ["A2", "B2", "SA", "SB", "C"],
         [f"{vc}_a16", weight, f"{vc}_as", weight, vc, str(M), str(N), str(K),
@@ -272,8 +273,5 @@ def _fused(b, con, outputs: list[str], config: dict, name: str, weight: str, con
     order = first + [p for p in k.params if p not in first]
     tensors = dict(zip(k.params, k.tensors))
     k.params, k.tensors = order, [tensors[p] for p in order]
-    k.raw = kernel_source(name, comment, k.params, to_gluon(tile.lines))
-    k.raw = k.raw.replace("EXPONENTS: gl.constexpr,\n        num_warps: gl.constexpr):",
-                          "EXPONENTS: gl.constexpr,\n        num_warps: gl.constexpr, "
-                          "EPI_N: gl.constexpr):")
+    k.raw = kernel_source(name, comment, k.params, to_gluon(tile.lines), ("EPI_N",))
     k.tensors += [str(M), str(N), str(K), LOAD.replace("{name}", name)]

@@ -40,6 +40,10 @@ from __future__ import annotations
 
 import re
 
+# the kernel's LOAD argument, evaluated in launch(): the strict kernel's (Triton 3.6 names the
+# TMA load async_copy_global_to_shared, later versions async_load)
+from kforge.providers.builtin.gluon import LOAD
+
 # the cooperative schedule (the generated module's imports are gluon.HEADER's)
 CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, STAGES=3, EPI_SPLIT=4,
               num_warps=4)
@@ -48,9 +52,6 @@ CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, STAGES=3, EPI_SPL
 PINGPONG = dict(CONFIG, BLOCK_N=128, STAGES=4, PINGPONG=True)
 MAXNREG = 168            # 12 warps' worth of the register file (9 warps, rounded by warpgroup)
 REGS = (232, 40)         # consumer 1, loader (setmaxnreg); consumer 0 takes what is left
-# the kernel's LOAD argument, evaluated in launch() (gluon.LOAD's reason: Triton 3.6 names the
-# TMA load async_copy_global_to_shared, later versions async_load)
-LOAD = "{name}_load_new if hasattr(tma, 'async_load') else {name}_load_old"
 # what Gluon lacks of the names the emitter's epilogue may use
 _NOT_IN_GLUON = ("broadcast_to", "dot", "make_tensor_descriptor", "range", "PropagateNan")
 

@@ -121,8 +121,9 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
                                   "device=device, dtype=torch.bfloat16)  # A in bf16 for TMA")
             build_cast_pass(b, stage, a16, f"{stem}_cast_a")
     if config.get("GLUON"):
-        # the Gluon fp16x3 kernel stores the product; the epilogue kernels (or the rows
-        # kernel) finish the region from it (kforge.providers.builtin.gluon)
+        # the Gluon fp16x3 kernel (kforge.providers.builtin.gluon): the region's epilogue on
+        # its tile where it can; else it stores the product, and the epilogue kernels (or the
+        # rows kernel) finish the region from it
         if config.get("input_precision") != FP16X3:
             raise CannotGenerate("GLUON: the fp16x3 scheme")
         if not stage.reductions and gemm_outputs_on_tile(spec, stage):

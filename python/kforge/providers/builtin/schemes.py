@@ -557,8 +557,8 @@ def _tiles_128(con: Contraction) -> int:
 def _gluon_configs(target, stage: RegionShape, scheme: str) -> list:
     """KFORGE_BUILTIN_GLUON=1: fp16x3's product by the Gluon kernel first (gluon.py: a K
     step's three products kept in flight while the step before is added; 128 x 128 x 64, 8
-    warps, 3 stages), where the stage has one product and no row reduction fused on its tile
-    (a rows kernel or the epilogue kernels finish from the stored product). On a GPU only (the
+    warps, 3 stages), where the stage has one product (its epilogue fused on the tile, or a
+    rows kernel finishing from the stored product). On a GPU only (the
     interpreter does not run Gluon). Not yet run on a GPU: opt-in."""
     if os.environ.get(GLUON_ENV) != "1" or scheme != FP16X3 or target.interpreter \
             or stage.partner is not None:
