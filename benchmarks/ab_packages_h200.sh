@@ -33,7 +33,7 @@ for s in "${specs[@]}"; do
   dir="${s%%=*}"; policy="${s#*=}"
   # shellcheck disable=SC2086
   "$PY" -m kforge.bench.packages --tune --out "$dir" --precision "$policy" --jobs "$JOBS" --gpus 1 \
-    --timeout "${TUNE_TIMEOUT:-180}" ${AB_WORKLOADS:-} > "$OUT/ab-tune-$(basename "$dir").log" 2>&1 &
+    --timeout "${TUNE_TIMEOUT:-180}" ${AB_WORKLOADS:-} > "$OUT/ab-tune-$(basename "$dir")-$policy.log" 2>&1 &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
