@@ -11,7 +11,9 @@
 2. Time: the variants that passed, beside cuBLAS (torch.mm on the bf16 operands, bf16 out),
    per shape, cuBLAS first and last (the ratio's denominator is their mean), with
    triton.testing.do_bench (L2 flushed, median). Shapes: Llama-3-8B prefill's four products at
-   16,384 tokens, 8192^3, and M = 256 (WS_SHAPES="M,N,K;..." overrides).
+   16,384 tokens, 8192^3, M = 256, and the LM head at 4,096 tokens with our kernel writing fp32
+   (a bf16 package of an fp32 model does) against cuBLAS writing bf16 (WS_SHAPES="M,N,K[,fp32];..."
+   overrides).
 
 Writes $OUT/ws_ab.json and prints a table. Exits 1 where `ws` or `pp` (the builtin's two
 configurations) failed its check, so that a device call can stop before packages that hold it. Variants (WS_VARIANTS, comma-separated):
@@ -48,7 +50,7 @@ VARIANTS = {
     "pp_s6": {"BLOCK_N": 128, "STAGES": 6, "PINGPONG": True},
 }
 SHAPES = [(16384, 6144, 4096), (16384, 4096, 4096), (16384, 28672, 4096), (16384, 4096, 14336),
-          (8192, 8192, 8192), (256, 8192, 8192)]
+          (8192, 8192, 8192), (256, 8192, 8192), (4096, 128256, 4096, "fp32")]
 
 
 def _check(name: str) -> dict:
@@ -105,7 +107,8 @@ def main() -> int:
     names = [n for n in os.environ.get("WS_VARIANTS", ",".join(VARIANTS)).split(",") if n]
     shapes = SHAPES
     if os.environ.get("WS_SHAPES"):
-        shapes = [tuple(int(v) for v in s.split(",")) for s in os.environ["WS_SHAPES"].split(";")]
+        shapes = [tuple(int(v) if v.isdigit() else v for v in s.split(","))
+                  for s in os.environ["WS_SHAPES"].split(";")]
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "variants": VARIANTS}
@@ -115,18 +118,23 @@ def main() -> int:
               flush=True)
     good = [n for n in names if res["check"][n].get("ok")]
     res["rows"] = []
-    for M, N, K in shapes:
+    for M, N, K, *out_dtype in shapes:
         a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
         b = (torch.randn(N, K, device="cuda") / K ** 0.5).to(torch.bfloat16)
         c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        # "fp32": our kernel writes fp32 (a bf16 package's LM head on an fp32 model), cuBLAS bf16
+        # (the model cast to bf16)
+        ours = torch.empty(M, N, device="cuda", dtype=torch.float32) \
+            if out_dtype == ["fp32"] else c
         flop = 2.0 * M * N * K
-        row = {"shape": [M, N, K]}
+        row = {"shape": [M, N, K], "out": str(ours.dtype)}
         t_first = do_bench(lambda: torch.mm(a, b.t(), out=c), warmup=10, rep=50,
                            return_mode="median")
         for n in good:
             cfg = VARIANTS[n]
-            row[n] = do_bench(lambda: ws_gluon.launch(a, b, c, **cfg), warmup=10, rep=50,
+            row[n] = do_bench(lambda: ws_gluon.launch(a, b, ours, **cfg), warmup=10, rep=50,
                               return_mode="median")
+        del ours
         t_last = do_bench(lambda: torch.mm(a, b.t(), out=c), warmup=10, rep=50,
                           return_mode="median")
         row["cublas"] = (t_first + t_last) / 2
