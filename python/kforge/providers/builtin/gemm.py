@@ -223,7 +223,8 @@ def _emit_gemm(b: Builder, shape: RegionShape, outputs: list[str], config: dict,
     scale_lines = []
     if impl in FP16_SCHEMES:
         scale_lines = _fp16x3_step(b, em, con, loop, p_b, row_a.name, col_b.name, kvars,
-                                   products=3 if impl == FP16X3 else 1)
+                                   products=3 if impl == FP16X3 else 1,
+                                   p_a=p_a if config.get("INSPLIT") else None)
     else:
         body = op.body
         b_weight = weight_source(spec, op.operands[con.b])
@@ -779,9 +780,12 @@ def gemm_outputs_on_tile(spec: KernelSpec, stage: "RegionShape") -> bool:
 
 
 def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: dict,
-                 row_a: str, col_b: str, kvars: dict, products: int = 3) -> list[str]:
+                 row_a: str, col_b: str, kvars: dict, products: int = 3,
+                 p_a: dict | None = None) -> list[str]:
     """One K step of fp16x3 (see FP16X3; products=1: fp16x1, the hi planes alone) into `loop`;
-    returns the lines that undo the operand scales on the accumulator after the loop."""
+    returns the lines that undo the operand scales on the accumulator after the loop.
+    `p_a` (fp16x3, config key INSPLIT): A's planes are made in the kernel from its fp32 tile
+    (_split_a_in_kernel), with no pass before it."""
     spec, op = b.spec, con.op
     M, N, K = con.extent(con.m), con.extent(con.n), con.extent(con.k)
     vc = op.results[0]
@@ -804,7 +808,12 @@ def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: di
 
     loop.emit(f"# fp16x{products}: planes of the operands scaled per row / column by powers of two")
     undo = ["# undo the power-of-two operand scales (exact): row scales of A, column scales of B"]
-    sa = plane_loads("a", row_a, "ka", M)
+    if p_a is not None:
+        if products != 3:
+            raise CannotGenerate("INSPLIT: the fp16x3 scheme")
+        sa = _split_a_in_kernel(b, em, con, loop, p_a, row_a, kvars)
+    else:
+        sa = plane_loads("a", row_a, "ka", M)
     b_weight = weight_source(spec, op.operands[con.b])
     if b_weight is not None:        # hi/lo planes and column exponents from prepare_weights
         em.planes.add(b_weight)
@@ -846,8 +855,39 @@ def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: di
     loop.emit(f"part = tl.dot({a_lo}, {b_hi}{opts})")
     loop.emit(f"part = tl.dot({a_hi}, {b_lo}, part{opts})")
     loop.emit(f"part = tl.dot({a_hi}, {b_hi}, part{opts})")
+    if sa is None:          # A's scale is this step's: undone on the step's part (exact)
+        loop.emit(f"acc += part * a_unscale  # {op.name}")
+        return undo + [f"acc = acc * {sb}"]
     loop.emit(f"acc += part  # {op.name}")
     return undo + [f"acc = acc * {sa} * {sb}"]
+
+
+def _split_a_in_kernel(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_a: dict,
+                       row_a: str, kvars: dict) -> None:
+    """fp16x3's A planes made in the kernel (config key INSPLIT) from the fp32 [BLOCK_M,
+    BLOCK_K] tile it loads, in place of the split pass: each row of the tile scaled by the
+    power of two that the pass takes for the whole row (the same formula), but from this K
+    step's values alone, so no value is scaled less than the pass would scale it; the step's
+    `part` is multiplied back by it (exact). The kernel reads 4 bytes an element of A, as the
+    two planes are; the pass's read and write of A are gone. Emits `a_hi`, `a_lo` and
+    `a_unscale`; returns None (no scale is left to undo after the loop)."""
+    op = con.op
+    with em.operand_reads():
+        a = em.body_value(op, p_a, op.body.args[con.a], loop)
+    if a.dtype != "f32":
+        raise CannotGenerate("INSPLIT: an fp32 A")
+    b.combiners.setdefault("_maxnum", None)
+    loop.emit("# A's fp16 hi/lo planes in the kernel, each row of the step scaled by a power of "
+              "two: |a * 2**(15 - e)| < 2**15")
+    loop.emit(f"a = {_dot_operand(a, (row_a, 'ka'), '[BLOCK_M, BLOCK_K]', kvars['ka'].mask)}")
+    loop.emit("amax = tl.reduce(tl.abs(a), 1, _maxnum, keep_dims=True)")
+    loop.emit("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126")
+    loop.emit("e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)")
+    loop.emit("a = a * ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)")
+    loop.emit("a_hi = a.to(tl.float16)")
+    loop.emit("a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)")
+    loop.emit("a_unscale = ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)   # 2**(e - 15)")
+    return None
 
 
 def _dot_operand(v: Val, axes, tile: str, kmask: str | None) -> str:

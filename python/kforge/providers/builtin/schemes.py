@@ -267,6 +267,9 @@ TMA_DEFAULT = True
 # product is a smaller share of the time. =1: wherever eligible; =0: never.
 PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
 GLUON_ENV = "KFORGE_BUILTIN_GLUON"
+# strict's fp16x3 with A's planes made in the GEMM kernel, no split pass (_insplit_configs); not
+# yet run on a GPU
+INSPLIT_ENV = "KFORGE_BUILTIN_INSPLIT"
 # the warp-specialized Gluon GEMM under bf16 (gluon_ws.py): offered first only when asked (=1);
 # not yet run on a GPU
 WS_ENV = "KFORGE_BUILTIN_WS"
@@ -385,9 +388,11 @@ def _weight_read_index(spec: KernelSpec, target, con: Contraction, weight: str):
 
 def tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
                 scheme: str | None = None) -> list[dict]:
-    """The persistent kernels' configurations: the warp-specialized Gluon kernel's where asked
-    (_ws_configs), then the TMA kernel's (_tma_configs)."""
+    """The configurations offered before the target's tiles: the warp-specialized Gluon
+    kernel's where asked (_ws_configs), fp16x3 with A split in the kernel where asked
+    (_insplit_configs), then the TMA kernel's (_tma_configs)."""
     return _ws_configs(spec, target, precision, stage, scheme) \
+        + _insplit_configs(spec, target, precision, stage, scheme) \
         + _tma_configs(spec, target, precision, stage, scheme)
 
 
@@ -565,6 +570,20 @@ def _gluon_configs(target, stage: RegionShape, scheme: str) -> list:
         return []
     from kforge.providers.builtin.gluon import CONFIG
     return [dict(CONFIG, num_stages=None, GLUON=True)]
+
+
+def _insplit_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
+                     scheme: str) -> list:
+    """KFORGE_BUILTIN_INSPLIT=1: fp16x3 on the pointer kernel's first tile, A's planes made in
+    the kernel from its fp32 tile (gemm._split_a_in_kernel, config key INSPLIT) instead of by a
+    split pass before it: the pass reads A and writes its two planes (8 bytes an element), the
+    kernel then reads the planes (4 bytes), where this kernel reads A itself (4 bytes). Where
+    the stage has one product. Not yet run on a GPU: opt-in (the interpreter too, when asked)."""
+    if os.environ.get(INSPLIT_ENV) != "1" or scheme != FP16X3 or stage.partner is not None:
+        return []
+    tiles = [c for c in stage_configs(spec, target, precision, stage, scheme)
+             if c.get("SPLIT_K", 1) == 1]
+    return [dict(tiles[0], INSPLIT=True)] if tiles else []
 
 
 def _opt_in_tma_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
