@@ -2,8 +2,9 @@
 # Device call B of 2026-12-07f (about 450 s): Llama-3-8B prefill (2 layers, 4 x 1,024 tokens)
 # built three ways (.carry/ab/l2: TMA kernel; l2ws: cooperative WS first; l2pp: ping-pong
 # first), verified and timed A B C C B A; then strict's Gluon fp16x3 kernel alone
-# (fp16x3_ab.py) and eight strict packages with it (.carry/ab/gluon) against .carry/strict6.
-# Carry .carry/ab/l2*, .carry/ab/gluon, .carry/strict6 and .whl (transformers).
+# (fp16x3_ab.py) and eight strict packages with it (.carry/ab/gluon) and with A split in the
+# pointer kernel (.carry/ab/insplit, KFORGE_BUILTIN_INSPLIT=1) against .carry/strict6.
+# Carry .carry/ab/l2*, .carry/ab/gluon, .carry/ab/insplit, .carry/strict6 and .whl (transformers).
 set -u
 cd "$(dirname "$0")/../.."
 export KFORGE_SOURCE_COMMIT="${KFORGE_SOURCE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
@@ -22,7 +23,7 @@ left=$(( 560 - ($(date +%s) - t0) ))
 if [ $left -gt 60 ]; then
   AB_WORKLOADS="gemm_bias_relu gemm_gelu_erf gemm_clamp gemm_div chain_mish_tanh gemm_channel_scale gemm_gelu_tanh gemm_const_scale" \
   AB_JOBS=4 TUNE_TIMEOUT=100 OUT="$O/strict" timeout $left bash benchmarks/ab_packages_h200.sh \
-    .carry/strict6=strict .carry/ab/gluon=strict > "$O/strict.log" 2>&1
+    .carry/strict6=strict .carry/ab/gluon=strict .carry/ab/insplit=strict > "$O/strict.log" 2>&1
   echo "strict A/B rc=$? at $(( $(date +%s) - t0 )) s"; cat "$O/strict/ab.txt"
 fi
 cd "$O" && tar czf rest.tgz --exclude=rest.tgz . 2>/dev/null
