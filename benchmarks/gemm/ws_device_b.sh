@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call B of 2026-12-07f (about 450 s): Llama-3-8B prefill (2 layers, 4 x 1,024 tokens)
+# Device call B (written 2026-12-07, not yet run) (about 450 s): Llama-3-8B prefill (2 layers, 4 x 1,024 tokens)
 # built three ways (.carry/ab/l2: TMA kernel; l2ws: cooperative WS first; l2pp: ping-pong
 # first), verified and timed A B C C B A; then strict's Gluon fp16x3 kernel alone
 # (fp16x3_ab.py) and eight strict packages with it (.carry/ab/gluon) and with A split in the
