@@ -811,7 +811,8 @@ def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: di
     if p_a is not None:
         if products != 3:
             raise CannotGenerate("INSPLIT: the fp16x3 scheme")
-        sa = _split_a_in_kernel(b, em, con, loop, p_a, row_a, kvars)
+        _split_a_in_kernel(b, em, con, loop, p_a, row_a, kvars)
+        sa = None           # A's scale is each step's, undone on its part
     else:
         sa = plane_loads("a", row_a, "ka", M)
     b_weight = weight_source(spec, op.operands[con.b])
@@ -855,7 +856,7 @@ def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: di
     loop.emit(f"part = tl.dot({a_lo}, {b_hi}{opts})")
     loop.emit(f"part = tl.dot({a_hi}, {b_lo}, part{opts})")
     loop.emit(f"part = tl.dot({a_hi}, {b_hi}, part{opts})")
-    if sa is None:          # A's scale is this step's: undone on the step's part (exact)
+    if sa is None:          # (INSPLIT) the step's A scale undone on its part (exact)
         loop.emit(f"acc += part * a_unscale  # {op.name}")
         return undo + [f"acc = acc * {sb}"]
     loop.emit(f"acc += part  # {op.name}")
@@ -870,7 +871,7 @@ def _split_a_in_kernel(b: Builder, em: Emitter, con: Contraction, loop: Scope, p
     step's values alone, so no value is scaled less than the pass would scale it; the step's
     `part` is multiplied back by it (exact). The kernel reads 4 bytes an element of A, as the
     two planes are; the pass's read and write of A are gone. Emits `a_hi`, `a_lo` and
-    `a_unscale`; returns None (no scale is left to undo after the loop)."""
+    `a_unscale` into `loop`."""
     op = con.op
     with em.operand_reads():
         a = em.body_value(op, p_a, op.body.args[con.a], loop)
@@ -887,7 +888,6 @@ def _split_a_in_kernel(b: Builder, em: Emitter, con: Contraction, loop: Scope, p
     loop.emit("a_hi = a.to(tl.float16)")
     loop.emit("a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)")
     loop.emit("a_unscale = ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)   # 2**(e - 15)")
-    return None
 
 
 def _dot_operand(v: Val, axes, tile: str, kmask: str | None) -> str:

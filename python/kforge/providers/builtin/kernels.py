@@ -93,7 +93,7 @@ def _build_stage(b: Builder, stage: RegionShape, config: dict, stem: str) -> Non
         # the operands' fp16 planes and scales: A always by a pass; B by prepare_weights when it
         # is a weight, else by a pass too
         sides = ["a"] + ([] if weight_source(spec, con.op.operands[con.b]) else ["b"])
-        if config.get("INSPLIT"):       # A's planes made in the GEMM kernel (gemm._split_a_in_kernel)
+        if config.get("INSPLIT"):       # A's planes made in the GEMM kernel (_split_a_in_kernel)
             sides.remove("a")
         elif share_a:
             sides.remove("a")
