@@ -22,4 +22,6 @@ if [ $rc -eq 0 ]; then
     -- .carry/bench7=bf16-model .carry/ab/ws=bf16-model > "$O/ab.log" 2>&1
   echo "package A/B rc=$? at $(( $(date +%s) - t0 )) s"; grep -c "verified" "$O/ab/ab-tune.log"
 fi
-cd "$O" && tar czf rest.tgz --exclude=rest.tgz --exclude=ws_ab.json --exclude=env.txt . 2>/dev/null
+# shellcheck source=benchmarks/device_env.sh
+source benchmarks/device_env.sh >/dev/null
+pack_out env.txt ws_ab.json ws_ab.log ab/ab.txt ab/ab-tune.log

@@ -26,4 +26,4 @@ if [ $left -gt 60 ]; then
     .carry/strict6=strict .carry/ab/gluon=strict .carry/ab/insplit=strict > "$O/strict.log" 2>&1
   echo "strict A/B rc=$? at $(( $(date +%s) - t0 )) s"; cat "$O/strict/ab.txt"
 fi
-cd "$O" && tar czf rest.tgz --exclude=rest.tgz . 2>/dev/null
+pack_out llama/ab.txt llama/ab-tune.log strict/fp16x3_ab.json strict/ab.txt strict/ab-tune.log
