@@ -91,7 +91,8 @@ def config_space(spec, target, precision: str, shape: RegionShape | None = None)
         for p in schemes:
             configs = stage_configs(spec, target, precision, shape, p)
             # the persistent TMA kernel's tiles first, where it is wanted and fits the policy's
-            # scheme (kernels.tma_eligible; fp16x3 only with KFORGE_BUILTIN_TMA=1)
+            # scheme (kernels.tma_eligible; fp16x3 only with KFORGE_BUILTIN_TMA=1), and before
+            # them the opt-in kernels asked for (schemes.tma_configs: WS, INSPLIT)
             configs = tma_configs(spec, target, precision, shape, p) + configs
             for c in configs:
                 if _accuracy_fallback(precision, p, schemes):

@@ -28,6 +28,15 @@ from kforge.spec import AffineDim, GenericOp, KernelSpec, ReshapeOp
 # region 4.05 -> 3.55 ms, its pass and norm kernel 1.38 -> 0.82 ms.
 SPLIT_ONE_BLOCK = 16384
 
+# the power of two by which fp16x3 / fp16x1 scale a row of an operand (the split pass: the whole
+# row; INSPLIT: a K step of it) before rounding it to fp16, from its largest magnitude `amax`:
+# amax < 2**e, so |x * 2**(15 - e)| < 2**15 (fp16's largest is 65504); e clamped to +-100 so
+# that both powers stay normal, and a zero row scaled by 1
+POW2_EXPONENT = ("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126",
+                 "e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)")
+POW2_SCALE = "((127 + 15 - e) << 23).to(tl.float32, bitcast=True)"      # 2**(15 - e)
+POW2_UNSCALE = "((127 - 15 + e) << 23).to(tl.float32, bitcast=True)"    # 2**(e - 15)
+
 
 def build_split_pass(b: Builder, shape: RegionShape, side: str, planes: str, scale: str,
                      name: str, lo: bool = True) -> None:
@@ -93,11 +102,11 @@ def _emit_split_pass(b: Builder, shape: RegionShape, side: str, planes: str, sca
     at = sc if single else root
     at.emit("# power-of-two scale per row: amax < 2**e, so |x * 2**(15 - e)| < 2**15 (fp16 max "
             "65504)")
-    at.emit("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126")
-    at.emit("e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)   # zero rows: 1")
-    at.emit("scale = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)   # 2**(15 - e)")
+    at.emit(POW2_EXPONENT[0])
+    at.emit(f"{POW2_EXPONENT[1]}   # zero rows: 1")
+    at.emit(f"scale = {POW2_SCALE}   # 2**(15 - e)")
     mask = em.mask_of({"rows"})
-    at.emit(f"tl.store({scale}_out + rows, ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)"
+    at.emit(f"tl.store({scale}_out + rows, {POW2_UNSCALE}"
             + (f", mask={mask})" if mask else ")") + "   # 2**(e - 15), undone on the product")
     if not single:
         sc, x = loop()
@@ -867,7 +876,7 @@ def _split_a_in_kernel(b: Builder, em: Emitter, con: Contraction, loop: Scope, p
                        row_a: str, kvars: dict) -> None:
     """fp16x3's A planes made in the kernel (config key INSPLIT) from the fp32 [BLOCK_M,
     BLOCK_K] tile it loads, in place of the split pass: each row of the tile scaled by the
-    power of two that the pass takes for the whole row (the same formula), but from this K
+    power of two that the pass takes for the whole row (POW2_EXPONENT), but from this K
     step's values alone, so no value is scaled less than the pass would scale it; the step's
     `part` is multiplied back by it (exact). The kernel reads 4 bytes an element of A, as the
     two planes are; the pass's read and write of A are gone. Emits `a_hi`, `a_lo` and
@@ -882,12 +891,12 @@ def _split_a_in_kernel(b: Builder, em: Emitter, con: Contraction, loop: Scope, p
               "two: |a * 2**(15 - e)| < 2**15")
     loop.emit(f"a = {_dot_operand(a, (row_a, 'ka'), '[BLOCK_M, BLOCK_K]', kvars['ka'].mask)}")
     loop.emit("amax = tl.reduce(tl.abs(a), 1, _maxnum, keep_dims=True)")
-    loop.emit("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126")
-    loop.emit("e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)")
-    loop.emit("a = a * ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)")
+    for line in POW2_EXPONENT:
+        loop.emit(line)
+    loop.emit(f"a = a * {POW2_SCALE}")
     loop.emit("a_hi = a.to(tl.float16)")
     loop.emit("a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)")
-    loop.emit("a_unscale = ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)   # 2**(e - 15)")
+    loop.emit(f"a_unscale = {POW2_UNSCALE}   # 2**(e - 15)")
 
 
 def _dot_operand(v: Val, axes, tile: str, kmask: str | None) -> str:
