@@ -6,15 +6,13 @@
 # ping-pong first (.carry/ab/pp, KFORGE_BUILTIN_WS=pingpong); under bf16-model the first two.
 # Carry those three folders.
 set -u
-cd "$(dirname "$0")/../.."
-export KFORGE_SOURCE_COMMIT="${KFORGE_SOURCE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
-O="$OUT"; mkdir -p "$O"
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv
-  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-  echo "code $KFORGE_SOURCE_COMMIT"; } > "$O/env.txt" 2>&1
+# shellcheck source=benchmarks/device_env.sh
+source "$(dirname "$0")/../device_env.sh"
+env_txt
+O="$OUT"
 t0=$(date +%s)
-timeout 200 env OUT="$O" WS_CHECK_S=90 python3 benchmarks/gemm/ws_ab.py > "$O/ws_ab.log" 2>&1
-rc=$?; echo "ws_ab rc=$rc at $(( $(date +%s) - t0 )) s" | tee -a "$O/ws_ab.log"; cat "$O/ws_ab.log"
+timeout 200 env OUT="$O" WS_CHECK_S=90 $PY benchmarks/gemm/ws_ab.py > "$O/ws_ab.log" 2>&1
+rc=$?; echo "ws_ab rc=$rc at $(( $(date +%s) - t0 )) s" >> "$O/ws_ab.log"; cat "$O/ws_ab.log"
 if [ $rc -eq 0 ]; then
   AB_WORKLOADS="gemm_bias_relu gemm_gelu_erf gemm_max_const_long_k gemm_layer_norm chain_mish_tanh transformer_block" \
   AB_JOBS=2 TUNE_TIMEOUT=120 OUT="$O/ab" timeout $(( 560 - ($(date +%s) - t0) )) \
@@ -22,6 +20,4 @@ if [ $rc -eq 0 ]; then
     -- .carry/bench7=bf16-model .carry/ab/ws=bf16-model > "$O/ab.log" 2>&1
   echo "package A/B rc=$? at $(( $(date +%s) - t0 )) s"; grep -c "verified" "$O/ab/ab-tune.log"
 fi
-# shellcheck source=benchmarks/device_env.sh
-source benchmarks/device_env.sh >/dev/null
 pack_out env.txt ws_ab.json ws_ab.log ab/ab.txt ab/ab-tune.log
