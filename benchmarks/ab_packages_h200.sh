@@ -8,7 +8,8 @@
 #
 # Each group (separated by --) is one comparison; DIR is a folder of `build_packages.sh`
 # (DIR/<policy>/<workload>/), POLICY the policy folder in it. AB_WORKLOADS="a b ...": only
-# those workloads, verified and timed (default: every workload of each group's first folder). Groups are verified at once (the
+# those workloads, verified and timed (default: every package of each group's first folder; a model's phase, e.g.
+# llama3_8b.prefill, is tuned from its file in benchmarks/models). Groups are verified at once (the
 # jobs share the GPU only while verifying; nothing is timed then). Writes $OUT/ab.txt (one line a
 # package and pass: benchmarks/llm/time_package.py's) and $OUT/ab-tune.log, and leaves each
 # folder's tune.json files in place (run_h200.sh's tuned.tar.gz does not cover them: the caller
@@ -27,13 +28,31 @@ done
 [ ${#group[@]} -gt 0 ] && groups+=("${group[*]}")
 [ ${#specs[@]} -gt 0 ] || { echo "ab_packages_h200.sh: no DIR=POLICY given" >&2; exit 2; }
 
+# The tune step's selectors for a folder's packages: a suite workload by its name, a model's
+# phase (benchmarks/models/llama3_8b.py::prefill, package folder llama3_8b.prefill) by its file,
+# which the suite's names do not reach (the whole suite, the default, would tune none of them).
+selectors() {   # DIR/POLICY
+  local d w stem
+  for d in "$1"/*/; do
+    w="$(basename "$d")"
+    [ -n "${AB_WORKLOADS:-}" ] && [[ " $AB_WORKLOADS " != *" $w "* ]] && continue
+    stem="${w%%.*}"
+    if [ "$stem" != "$w" ] && [ -f "benchmarks/models/$stem.py" ]; then
+      echo "benchmarks/models/$stem.py::${w#*.}"
+    else
+      echo "$w"
+    fi
+  done
+}
+
 # 1. Verify every folder's packages, all folders at once.
 pids=()
 for s in "${specs[@]}"; do
   dir="${s%%=*}"; policy="${s#*=}"
-  # shellcheck disable=SC2086
+  mapfile -t sel < <(selectors "$dir/$policy")
+  [ ${#sel[@]} -gt 0 ] || { echo "ab_packages_h200.sh: no package in $dir/$policy" >&2; exit 2; }
   "$PY" -m kforge.bench.packages --tune --out "$dir" --precision "$policy" --jobs "$JOBS" --gpus 1 \
-    --timeout "${TUNE_TIMEOUT:-180}" ${AB_WORKLOADS:-} > "$OUT/ab-tune-$(basename "$dir")-$policy.log" 2>&1 &
+    --timeout "${TUNE_TIMEOUT:-180}" "${sel[@]}" > "$OUT/ab-tune-$(basename "$dir")-$policy.log" 2>&1 &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done

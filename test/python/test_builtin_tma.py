@@ -303,6 +303,8 @@ def test_strict_and_tf32_tma_are_offered_only_when_asked(policy, scheme, monkeyp
     second accumulator under fp16x3)."""
     big = _big_spec(tmp_path / "mm", "matmul_bias_relu", M=1024, K=512, N=2048)
     monkeypatch.delenv("KFORGE_BUILTIN_TMA", raising=False)
+    # (fp16x3's Gluon kernel, first by default on sm_90, is test_gemm_gluon.py's)
+    monkeypatch.setenv("KFORGE_BUILTIN_GLUON", "0")
 
     def own(space):         # (tf32's fp16x1 tiles come first and take the TMA kernel anyway)
         return [c for c in space if c.get("input_precision") == scheme]
@@ -428,6 +430,13 @@ def test_tma_tiles_that_would_starve_the_sms_give_way_to_split_k(policy, monkeyp
     assert space[0]["SPLIT_K"] > 1 and space[0]["input_precision"] == "fp16x1"
     wide = _big_spec(tmp_path / "wide", "matmul_bias_relu", M=256, K=4096, N=4096)
     assert config_space(wide, "cuda", policy)[0].get("TMA")
+    if policy == "bf16":
+        # nor the warp-specialized kernel (one program a tile too): 0.29x the split-K tiles on
+        # an H100 (2026-12-07h); the wide one takes it first when asked
+        monkeypatch.setenv("KFORGE_BUILTIN_WS", "1")
+        assert not any(c.get("WS") for c in config_space(long_k, "cuda", policy))
+        assert config_space(wide, "cuda", policy)[0].get("WS")
+        monkeypatch.delenv("KFORGE_BUILTIN_WS")
     monkeypatch.setenv("KFORGE_BUILTIN_TMA", "1")
     assert any(c.get("TMA") for c in config_space(long_k, "cuda", policy))
 

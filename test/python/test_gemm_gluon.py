@@ -96,15 +96,14 @@ def _xcompiled(tmp_path, pkg) -> str:
     assert "0 failed to compile for cuda:sm_90" in proc.stdout, proc.stdout
     return proc.stdout
 
-def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_path,
-                                                                         monkeypatch):
-    """KFORGE_BUILTIN_GLUON=1: a strict Linear's fp16x3 product by the Gluon kernel first
+def test_the_builtin_offers_the_gluon_kernel_under_strict_on_hopper(tmp_path, monkeypatch):
+    """By default on sm_90: a strict Linear's fp16x3 product by the Gluon kernel first
     (schemes._gluon_configs), the region's epilogue fused on its tile (gluon._fused). The
     package compiled for cuda:sm_90 here takes it (it passes kforge.verify.static and
-    compiles with wgmma, no spills); without the variable, and for the interpreter, it is not
-    offered. Not run: the interpreter does not run Gluon, and its numbers are the GPU's."""
+    compiles with wgmma, no spills); with KFORGE_BUILTIN_GLUON=0, under bf16, before sm_90 and
+    for the interpreter it is not offered. Not run: the interpreter does not run Gluon, and its numbers are the GPU's."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setenv("KFORGE_BUILTIN_GLUON", "1")
+    monkeypatch.delenv("KFORGE_BUILTIN_GLUON", raising=False)
     region, source, pkg = _compiled(tmp_path, LINEAR_RELU, "gluon", "strict")
     assert region["candidate"]["config"].get("GLUON") is True, region["candidate"]
     assert "@gluon.jit" in source and "_gemm_gluon[(128,)](" in source
@@ -121,7 +120,8 @@ def test_the_builtin_offers_the_gluon_kernel_under_strict_only_when_asked(tmp_pa
     spec = load_spec(pkg / "regions" / f"{region['hash']}.json")
     assert not any(c.get("GLUON") for c in config_space(spec, "cpu", "strict"))
     assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_90", "bf16"))
-    monkeypatch.delenv("KFORGE_BUILTIN_GLUON")
+    assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_80", "strict"))
+    monkeypatch.setenv("KFORGE_BUILTIN_GLUON", "0")
     assert not any(c.get("GLUON") for c in config_space(spec, "cuda:sm_90", "strict"))
 
 

@@ -1,5 +1,6 @@
 """A warp-specialized persistent bf16 GEMM in Gluon, with the region's epilogue fused (opt-in:
-KFORGE_BUILTIN_WS=1, config key WS; schemes._ws_configs). Not yet run on a GPU.
+KFORGE_BUILTIN_WS=1, config key WS; schemes._ws_configs). Verified and timed on an H100
+(2026-12-07): schemes._ws_configs has the figures.
 
 Triton's own `warp_specialize=True` gives no warp specialization on Hopper (2026-12-06g: no
 `setmaxnreg` in its PTX), and the builtin's persistent TMA kernel runs 0.80-0.89x cuBLAS on

@@ -266,12 +266,13 @@ TMA_DEFAULT = True
 # 128 x 128 tile runs the long main loop slower than the handoff's 128 x 256 and the stored
 # product is a smaller share of the time. =1: wherever eligible; =0: never.
 PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
+# strict's fp16x3 by the Gluon kernel (gluon.py) first on sm_90+ GPUs; =0: never (gluon_wanted)
 GLUON_ENV = "KFORGE_BUILTIN_GLUON"
-# strict's fp16x3 with A's planes made in the GEMM kernel, no split pass (_insplit_configs); not
-# yet run on a GPU
+# strict's fp16x3 with A's planes made in the GEMM kernel, no split pass (_insplit_configs);
+# opt-in: 0.69-0.85x the split pass's kernel on an H100 (2026-12-07)
 INSPLIT_ENV = "KFORGE_BUILTIN_INSPLIT"
-# the warp-specialized Gluon GEMM under bf16 (gluon_ws.py): offered first only when asked (=1);
-# not yet run on a GPU
+# the warp-specialized Gluon GEMM under bf16 (gluon_ws.py): offered first only when asked (=1,
+# =pingpong); timed on an H100 2026-12-07 (_ws_configs)
 WS_ENV = "KFORGE_BUILTIN_WS"
 PAIRED_ENV = "KFORGE_BUILTIN_PAIRED"
 
@@ -405,12 +406,18 @@ def _ws_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     epilogue in 4 column slices), where the stage is a 2-D product of a weight
     without a partner, on an sm_90 or later GPU, not decode-shaped. A stage whose row
     reduction the builtin fuses on the tile cannot take it (CannotGenerate: the next
-    configuration). Not yet run on a GPU: opt-in."""
+    configuration). Nor where _starved_by_tma (its tiles under a quarter of the SMs, the
+    pointer kernel splitting K): H100, 2026-12-07 (benchmarks/results/2026-12-07h-h100-ws-gluon),
+    gemm_max_const_long_k (256 x 1024, K = 32768) ran 0.335 ms with it against the split-K
+    tiles' 0.099. Opt-in: in place it ran 0.99-1.03x the TMA kernel on four of the six
+    workloads timed there and 0.78x on gemm_gelu_erf (2048 x 16384 x 4096, erf epilogue);
+    alone it ran 1.01-1.10x cuBLAS at M >= 8192."""
     if os.environ.get(WS_ENV) not in ("1", "pingpong") or precision != "bf16" \
             or scheme not in (None, FP16X1) \
             or target.interpreter or target.name != "cuda" or target.sm < 90 \
             or stage.partner is not None or decode_shaped(stage) \
-            or not tma_eligible(spec, target, precision, stage, scheme):
+            or not tma_eligible(spec, target, precision, stage, scheme) \
+            or _starved_by_tma(spec, target, precision, stage, scheme):
         return []
     from kforge.providers.builtin.gluon_ws import CONFIG, PINGPONG
     both = [dict(CONFIG, num_stages=None, TMA=True, WS=True),
@@ -559,14 +566,23 @@ def _tiles_128(con: Contraction) -> int:
     return -(-con.extent(con.batch) * con.extent(con.m) // 128) * -(-con.extent(con.n) // 128)
 
 
+def gluon_wanted(target) -> bool:
+    """Whether strict's fp16x3 is offered the Gluon kernel first (GLUON_ENV above): on an
+    sm_90 or later CUDA GPU unless KFORGE_BUILTIN_GLUON=0 (its wgmma groups are Hopper's; the
+    interpreter does not run Gluon)."""
+    if target.interpreter or target.name != "cuda" or target.sm < 90:
+        return False
+    return os.environ.get(GLUON_ENV) != "0"
+
+
 def _gluon_configs(target, stage: RegionShape, scheme: str) -> list:
-    """KFORGE_BUILTIN_GLUON=1: fp16x3's product by the Gluon kernel first (gluon.py: a K
-    step's three products kept in flight while the step before is added; 128 x 128 x 64, 8
-    warps, 3 stages), where the stage has one product (its epilogue fused on the tile, or a
-    rows kernel finishing from the stored product). On a GPU only (the
-    interpreter does not run Gluon). Not yet run on a GPU: opt-in."""
-    if os.environ.get(GLUON_ENV) != "1" or scheme != FP16X3 or target.interpreter \
-            or stage.partner is not None:
+    """fp16x3's product by the Gluon kernel first (gluon.py: a K step's three products kept in
+    flight while the step before is added; 128 x 128 x 64, 8 warps, 3 stages), where the
+    stage has one product (its epilogue fused on the tile, or a rows kernel finishing from the
+    stored product), where gluon_wanted. H100, 2026-12-07 (benchmarks/results/
+    2026-12-07h-h100-ws-gluon): alone 0.79-0.85 of the 3 x bf16 pace against the Triton
+    kernel's 0.73-0.79; eight strict packages 1.05-1.09x faster in place, all verified."""
+    if not gluon_wanted(target) or scheme != FP16X3 or stage.partner is not None:
         return []
     from kforge.providers.builtin.gluon import CONFIG
     return [dict(CONFIG, num_stages=None, GLUON=True)]
@@ -578,7 +594,8 @@ def _insplit_configs(spec: KernelSpec, target, precision: str, stage: RegionShap
     the kernel from its fp32 tile (gemm._split_a_in_kernel, config key INSPLIT) instead of by a
     split pass before it: the pass reads A and writes its two planes (8 bytes an element), the
     kernel then reads the planes (4 bytes), where this kernel reads A itself (4 bytes). Where
-    the stage has one product. Not yet run on a GPU: opt-in (the interpreter too, when asked)."""
+    the stage has one product. Opt-in (the interpreter too, when asked): on an H100 (2026-12-07)
+    eight strict packages ran 0.69-0.85x the split pass's kernel with it."""
     if os.environ.get(INSPLIT_ENV) != "1" or scheme != FP16X3 or stage.partner is not None:
         return []
     tiles = [c for c in stage_configs(spec, target, precision, stage, scheme)
