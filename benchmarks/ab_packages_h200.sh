@@ -9,7 +9,8 @@
 # Each group (separated by --) is one comparison; DIR is a folder of `build_packages.sh`
 # (DIR/<policy>/<workload>/), POLICY the policy folder in it. AB_WORKLOADS="a b ...": only
 # those workloads, verified and timed (default: every package of each group's first folder; a model's phase, e.g.
-# llama3_8b.prefill, is tuned from its file in benchmarks/models). Groups are verified at once (the
+# llama3_8b.prefill, is tuned from its file in benchmarks/models). AB_TIME="a b ...": time only those
+# of the verified ones (verifying is cheaper than timing). Groups are verified at once (the
 # jobs share the GPU only while verifying; nothing is timed then). Writes $OUT/ab.txt (one line a
 # package and pass: benchmarks/llm/time_package.py's) and $OUT/ab-tune.log, and leaves each
 # folder's tune.json files in place (run_h200.sh's tuned.tar.gz does not cover them: the caller
@@ -18,6 +19,9 @@ set -uo pipefail
 # shellcheck source=benchmarks/device_env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"
 JOBS="${AB_JOBS:-6}"
+# one space between names, whatever the caller wrote (the tests below match " name ")
+# shellcheck disable=SC2116,SC2086
+AB_WORKLOADS="$(echo ${AB_WORKLOADS:-})"; AB_TIME="$(echo ${AB_TIME:-})"
 
 specs=(); groups=(); group=()
 for a in "$@"; do
@@ -67,6 +71,7 @@ for g in "${groups[@]}"; do
   for w in "${first%%=*}/${first#*=}"/*/; do
     w="$(basename "$w")"; row=()
     [ -n "${AB_WORKLOADS:-}" ] && [[ " $AB_WORKLOADS " != *" $w "* ]] && continue
+    [ -n "${AB_TIME:-}" ] && [[ " $AB_TIME " != *" $w "* ]] && continue
     for m in "${members[@]}"; do
       p="${m%%=*}/${m#*=}/$w"; [ -d "$p" ] && row+=("$p")
     done
