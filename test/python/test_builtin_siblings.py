@@ -173,3 +173,44 @@ def test_paired_tiles_first_on_hopper_and_compile_without_spills(monkeypatch, tm
     gemm = next(r for r in reports if r.name.endswith("_gemm"))
     assert gemm.mma == "wgmma" and gemm.tma and gemm.spill_stores == 0
     assert gemm.shared_bytes <= get_target("cuda").arch_info.shared_bytes
+
+
+@pytest.mark.parametrize("scheme", [None, "fp16x1"])
+def test_the_warp_specialized_kernel_takes_both_products_of_a_pair(scheme, monkeypatch,
+                                                                   tmp_path):
+    """KFORGE_BUILTIN_WS=1: SwiGLU's gate and up products by the warp-specialized Gluon kernel
+    in one tile (PAIRED: the interleaved weights through one descriptor of 2N rows, 128 columns
+    of each product a 128 x 256 tile, N / 128 tiles across), the partner's slice beside the
+    product's in the epilogue, fp16x1's column exponents read where the interleaved weight
+    keeps them. One kernel, no partner GEMM before it; it compiles for sm_90 to wgmma with
+    TMA, without spills. Not run: the interpreter does not run Gluon (the GPU's tune verifies
+    it, and ws_ab.py's protocol is test_gluon_ws_protocol's, paired too)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)     # (Gluon has no interpreter)
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    xc = pytest.importorskip("kforge.crosscompile")
+    from kforge.targets import get_target
+    monkeypatch.setenv("KFORGE_BUILTIN_WS", "1")
+    s = _big_spec(tmp_path / "sw", "swiglu", M=1024, K=512, N=1024)
+    space = [c for c in config_space(s, "cuda", "bf16")
+             if c.get("input_precision") == scheme]
+    first = space[0]
+    assert first.get("WS") and first.get("PAIRED") and first["BLOCK_N"] == 256, first
+    cand = candidates(s, "cuda", "bf16", [first])[0]
+    src = cand.source
+    assert "gl.warp_specialize(" in src and "_gemm_p" not in src      # one product kernel
+    assert "num_pid_n = 1024 // (BLOCK_N // 2)" in src
+    assert "[2048, 512], [512, 1], [BLOCK_N, BLOCK_K]" in src          # both weights' rows
+    consumer = src.split("_gemm_consumer(")[1].split("@gluon.jit")[0]
+    # slices 0 and 1 are the product's columns, 2 and 3 the partner's same columns
+    assert "acc_1_0 = gl.convert_layout(acc_1_0, blk)" in consumer.split("# columns [1")[0]
+    assert "rn = pid_n * (BLOCK_N // 2) + 1 * EPI_N" in consumer
+    if scheme == "fp16x1":
+        assert f"+ {2 * 1024 * 512} + pid_n * BLOCK_N + 3 * EPI_N" in consumer
+    reports = xc.compile_candidate(src, s, 90, name="t")
+    assert reports and all(r.ok for r in reports), [r.error for r in reports]
+    gemm = next(r for r in reports if r.name.endswith("_gemm"))
+    assert gemm.mma == "wgmma" and gemm.tma and gemm.spill_stores == 0, gemm
+    assert gemm.shared_bytes <= get_target("cuda").arch_info.shared_bytes
+    # without the variable: the TMA kernel's paired tiles, as before
+    monkeypatch.delenv("KFORGE_BUILTIN_WS")
+    assert not any(c.get("WS") for c in config_space(s, "cuda", "bf16"))

@@ -176,7 +176,7 @@ def make_sim(M, N, K, programs):
     return sim
 
 
-def run_kernel(M, N, K, programs, pingpong, stages):
+def run_kernel(M, N, K, programs, pingpong, stages, paired=False):
     config = dict(gluon_ws.PINGPONG if pingpong else gluon_ws.CONFIG, STAGES=stages)
     sim = make_sim(M, N, K, programs)
 
@@ -194,7 +194,7 @@ def run_kernel(M, N, K, programs, pingpong, stages):
     sim.ns["_check"] = check
     src = gluon_ws.kernel_source("k", ["A", "B", "C"], "A", "B", M, N, K,
                                  ["        _check(acc, pid_m, pid_n, ROLE)"],
-                                 pingpong=pingpong)
+                                 pingpong=pingpong, paired=paired)
     exec(compile(src, "<gluon_ws template>", "exec"), sim.ns)
     consts = {k: config[k] for k in gluon_ws.CONSTS if k != "EPI_N"}
     consts["EPI_N"] = config["BLOCK_N"] // config["EPI_SPLIT"]
@@ -235,3 +235,17 @@ def test_the_model_catches_a_barrier_mistake(monkeypatch):
     monkeypatch.setattr(gluon_ws, "_HELPERS", gluon_ws._HELPERS.replace(release, "pass"))
     with pytest.raises(AssertionError, match="Deadlock|did not finish"):
         run_kernel(512, 512, 64 * 12, 2, False, 2)
+
+
+def test_paired_tiles_walk_both_weights_rows():
+    """PAIRED (SwiGLU's two products in one tile, the weights' rows interleaved by BLOCK_N / 2
+    in one [2N, K] operand): N / (BLOCK_N / 2) tiles across, tile n reading B's rows
+    [n * BLOCK_N, (n + 1) * BLOCK_N), each read once by both consumers, in order, without races
+    or deadlock (ragged M and K)."""
+    M, N, K = 1000, 640, 640 + 24
+    sim, config = run_kernel(M, N, K, 3, False, 3, paired=True)
+    across = N // (config["BLOCK_N"] // 2)
+    tiles = [(m, n) for m in range(-(-M // config["BLOCK_M"])) for n in range(across)]
+    assert sorted(sim.done) == sorted((m, n, r) for m, n in tiles for r in (0, 1))
+    src = gluon_ws.kernel_source("k", ["A", "B"], "A", "B", M, N, K, [], paired=True)
+    assert f"[{2 * N}, {K}]" in src and f"num_pid_n = {N} // (BLOCK_N // 2)" in src

@@ -88,7 +88,7 @@ def {name}_loader({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn,
         LOAD: gl.constexpr, {consts}):
     # the loader: every K step of every tile of this program, into the ring
     num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M
-    num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N
+    num_pid_n = {num_pid_n}
     STEP_BYTES: gl.constexpr = (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     g = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
@@ -115,7 +115,7 @@ def {name}_consumer({params}, a_d, b_d, a_bufs, b_bufs, ready, empty, turn,
                                                   instr_shape=[16, BLOCK_N, 16])
     blk: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
     num_pid_m = ({M} + BLOCK_M - 1) // BLOCK_M
-    num_pid_n = ({N} + BLOCK_N - 1) // BLOCK_N
+    num_pid_n = {num_pid_n}
     steps = ({K} + BLOCK_K - 1) // BLOCK_K
     g = {g0}
     i = 0
@@ -147,7 +147,7 @@ def {name}({params}, LOAD: gl.constexpr, {consts}):
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                               rank=2)
     a_d = tma.make_tensor_descriptor({A}, [{M}, {K}], [{K}, 1], [BLOCK_M, BLOCK_K], smem)
-    b_d = tma.make_tensor_descriptor({B}, [{N}, {K}], [{K}, 1], [BLOCK_N, BLOCK_K], smem)
+    b_d = tma.make_tensor_descriptor({B}, [{B_ROWS}, {K}], [{K}, 1], [BLOCK_N, BLOCK_K], smem)
     a_bufs = gl.allocate_shared_memory(gl.{dtype}, [STAGES, BLOCK_M, BLOCK_K], smem)
     b_bufs = gl.allocate_shared_memory(gl.{dtype}, [STAGES, BLOCK_N, BLOCK_K], smem)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -192,14 +192,16 @@ def to_gluon(lines: list[str]) -> list[str]:
 
 def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, K: int,
                   epilogue: list[str], comment: str = "", dtype: str = "bfloat16",
-                  pingpong: bool = False) -> str:
+                  pingpong: bool = False, paired: bool = False) -> str:
     """The kernel `name` and its partitions and helpers, as module source. `params`: the
     kernel's pointer parameters (A's and B's among them: `a`, `b`); `epilogue`: the consumer's
     lines after its K loop, indented for the tile loop's body (8 spaces), with `acc` the
     consumer's [ROWS, BLOCK_N] accumulator and `rm` its rows; `dtype`: the operands' (bfloat16,
     or float16 for fp16x1's planes). `pingpong`: each consumer takes every other tile whole
     (ROWS = BLOCK_M), so that one's epilogue runs while the other's products do; else the two
-    share each tile, HALF rows each (ROWS = HALF)."""
+    share each tile, HALF rows each (ROWS = HALF). `paired`: B is a weight and its partner's,
+    their rows interleaved by BLOCK_N / 2 ([2N, K], prepare_weights' paired weights), so that a
+    tile holds BLOCK_N / 2 columns of each product (N a multiple of BLOCK_N / 2)."""
     src = _HELPERS
     if pingpong:
         # consumer ROLE's tiles are the program's j-th with j % 2 == ROLE; its steps in the
@@ -234,38 +236,62 @@ def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, 
                      ("{consts_args}", ", ".join(CONSTS)),
                      ("{epilogue}", "\n".join(epilogue)), ("{comment}", comment or name),
                      ("{reg_consumer}", str(REGS[0])), ("{reg_loader}", str(REGS[1])),
+                     ("{num_pid_n}", f"{N} // (BLOCK_N // 2)" if paired
+                      else f"({N} + BLOCK_N - 1) // BLOCK_N"),
+                     ("{B_ROWS}", str(2 * N if paired else N)),
                      ("{A}", a), ("{B}", b), ("{M}", str(M)), ("{N}", str(N)),
                      ("{K}", str(K)), ("{dtype}", dtype), ("{name}", name)):
         src = src.replace(key, val)
     return src
 
 
+def _tile_index(con, rm: str = "rm", rn: str = "rn") -> tuple:
+    """The product's output index on the tile's rows `rm` and columns `rn`."""
+    from kforge.providers.builtin import indexing as ix
+    from kforge.providers.builtin.emitter import compose
+    op = con.op
+    p_out = dict(zip(con.m, ix.unravel(ix.IVar(rm), [con.sizes[d] for d in con.m])))
+    p_out.update(zip(con.n, ix.unravel(ix.IVar(rn), [con.sizes[d] for d in con.n])))
+    return tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+
+
 def sliced_epilogue(b, em, tile, con, outputs: list[str], slices: int, rows: str,
-                    first_col: str, scale=None) -> None:
+                    first_col: str, scale=None, partner=None) -> None:
     """The region's epilogue on the accumulator `acc` [rows, BLOCK_N] bound in `tile` (with
     `rm` and a layout `blk`), in `slices` column slices of EPI_N: each moved to `blk` through
-    shared memory, `rn` its columns from `first_col`, then `scale(part, slice)`'s lines if
+    shared memory, `rn` its columns from `first_col`, then `scale(part, slice, i)`'s lines if
     given, then the emitter's (gemm._emit_epilogue: reading the product inlines to the slice;
-    the caller writes the lines in Gluon's names, to_gluon)."""
-    from kforge.providers.builtin import indexing as ix
-    from kforge.providers.builtin.emitter import Scope, compose
+    the caller writes the lines in Gluon's names, to_gluon). With `partner` (a paired
+    weight's second product): the tile's first half of slices are the product's columns, its
+    second half the partner's same columns; slice i of each is on the tile at once, the
+    partner's bound where the region reads the partner's result (gemm.py's paired tiles)."""
+    from kforge.providers.builtin.emitter import Scope, Val
     from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
-    op = con.op
     lines, accs = split_slices(["acc"], slices, rows, "gl")
     for line in lines:
         tile.emit(line)
-    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
-    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
-    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    tile_index = _tile_index(con)
+    accs_p = []
+    if partner is not None:
+        accs, accs_p = accs[:slices // 2], accs[slices // 2:]
     for i, a in enumerate(accs):
         part = Scope(tile, binds={"rn"}, depth=tile.depth,
-                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the tile")
-        part.emit(f"{a} = gl.convert_layout({a}, blk)")
+                     header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the "
+                     + ("tile" if partner is None else "product (the partner's: slice "
+                        f"{i + len(accs)} of the tile)"))
+        bound = {}
+        for x in [a] + accs_p[i:i + 1]:
+            part.emit(f"{x} = gl.convert_layout({x}, blk)")
         part.emit(f"rn = {first_col} + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
         if scale is not None:
-            scale(part, a)
+            scale(part, a, i)
+            if accs_p:
+                scale(part, accs_p[i], i + len(accs))
+        if accs_p:
+            bound[(partner.op.results[0], _tile_index(partner))] = Val(
+                accs_p[i], frozenset({"rm", "rn"}), "f32")
         _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
-                       acc=a)
+                       acc=a, bound=bound)
         part.close()
 
 
@@ -277,12 +303,22 @@ def ws_eligible(b, stage, config: dict, fuse_rows: bool, split_k: int) -> str | 
         return "the bf16 policy's bf16 operands or fp16x1 planes only"
     if b.target.interpreter or b.target.name != "cuda" or b.target.sm < 90:
         return "an sm_90 or later CUDA GPU only (the interpreter does not run Gluon)"
-    if fuse_rows or split_k > 1 or stage.partner is not None or b.gemm_partials \
-            or config.get("N_PARTS", 1) > 1 or config.get("PAIRED"):
-        return "one product, its epilogue on the tile (no fused row reduction, split-K, " \
-               "partner or column parts)"
+    if fuse_rows or split_k > 1 or b.gemm_partials or config.get("N_PARTS", 1) > 1:
+        return "its epilogue on the tile (no fused row reduction, split-K or column parts)"
+    paired = bool(config.get("PAIRED"))
+    if (stage.partner is not None) != paired:
+        return "a partner's product with PAIRED tiles, and PAIRED tiles for a partner only"
     if not tma_eligible(b.spec, b.target, b.precision, stage, scheme):
         return "a 2-D product of a K-major weight with K % 8 == 0"
+    if paired:
+        from kforge.providers.builtin.analysis import RegionShape
+        con, half = stage.contraction, config["BLOCK_N"] // 2
+        if config.get("PINGPONG") or config.get("EPI_SPLIT", CONFIG["EPI_SPLIT"]) not in (2, 4) \
+                or con.extent(con.n) % half:
+            return "PAIRED: the cooperative schedule, 2 or 4 slices, N a multiple of BLOCK_N / 2"
+        if not tma_eligible(b.spec, b.target, b.precision,
+                            RegionShape("gemm", [], contraction=stage.partner), scheme):
+            return f"PAIRED: the partner {stage.partner.op.name}'s weight does not fit TMA"
     return None
 
 
@@ -314,37 +350,58 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     fp16 = config.get("input_precision") == FP16X1
     vc = op.results[0]
     weight = weight_source(spec, op.operands[con.b], widened=not fp16)
+    partner = shape.partner          # (ws_eligible: with PAIRED tiles)
+    weight_p = None
+    if partner is not None:
+        weight_p = weight_source(spec, partner.op.operands[partner.b], widened=not fp16)
     # bf16: a bf16 model's activation where it lies, else the cast pass's copy; fp16x1: the
     # split pass's fp16 plane of A (its first [M, K]), row scales in `<product>_as`
     a16 = f"{vc}_a16" if fp16 else bf16_a_source(spec, con) or f"{vc}_a16"
-    b.descriptor_args.update({a16, weight} & {a.name for a in spec.args})
+    b.descriptor_args.update({a16, weight, weight_p} & {a.name for a in spec.args})
     kvars = {"rm": KVar("rm", f"rm < {M}" if M % BM else None, (rows, "1")),
-             "rn": KVar("rn", f"rn < {N}" if N % BN else None, ("1", "EPI_N"))}
+             "rn": KVar("rn", f"rn < {N}" if N % BN and partner is None else None,
+                        ("1", "EPI_N"))}
     em = b.emitter(kvars)
     em.loads.setdefault(a16, set()).add("dot")
     em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
+    if weight_p is not None:
+        if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
+            raise CannotGenerate("the warp-specialized kernel: a partner product: both "
+                                 "products start from zero")
+        # prepare_weights interleaves the two weights' rows by BLOCK_N / 2 under `weight`
+        b.paired_weights[weight] = (weight_p, BN // 2, N, K)
     tile = Scope(None, binds={"rm"}, depth=2)
     em.root = tile
     if fp16:
         # prepare_weights' flat [fp16 plane, column exponents] of the weight; the power-of-two
         # scales are undone on the tile (exact), as the TMA kernel's fp16x1
         b.fp16_weights[weight] = ((0,), 1)
+        if weight_p is not None:
+            b.fp16_weights[weight_p] = ((0,), 1)
         em.loads.setdefault(f"{vc}_as", set()).add("other")
         tile.emit(f"s_a = gl.load({em.pointers[f'{vc}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")") + "  # A's row scales")
-    def scale(part, a):             # the weight's column exponents, stored after its plane
-        part.emit(f"e_b = gl.load({em.pointers[weight]} + {N * K} + rn"
-                  + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(gl.int32)")
+    def scale(part, a, i):          # the weight's column exponents, stored after its plane
+        if weight_p is None:
+            part.emit(f"e_b = gl.load({em.pointers[weight]} + {N * K} + rn"
+                      + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(gl.int32)")
+        else:               # the paired weight's, interleaved as its rows: slice i of the tile
+            part.emit(f"e_b = gl.load({em.pointers[weight]} + {2 * N * K} + pid_n * BLOCK_N + "
+                      f"{i} * EPI_N + gl.arange(0, EPI_N)[None, :]).to(gl.int32)")
         part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(gl.float32, bitcast=True)")
 
-    sliced_epilogue(b, em, tile, con, outputs, slices, rows, "pid_n * BLOCK_N",
-                    scale if fp16 else None)
+    sliced_epilogue(b, em, tile, con, outputs, slices, rows,
+                    "pid_n * BLOCK_N" if partner is None else "pid_n * (BLOCK_N // 2)",
+                    scale if fp16 else None, partner)
     constexprs = {"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": config["BLOCK_K"],
                   "GROUP_M": config["GROUP_M"], "STAGES": config.get("STAGES", CONFIG["STAGES"]),
                   "EPI_N": BN // slices}
-    tiles = -(-M // BM) * -(-N // BN)
+    tiles = -(-M // BM) * (N // (BN // 2) if partner is not None else -(-N // BN))
     programs = max(1, min(tiles, b.target.compute_units))
-    comment = (f"{op.name} M={M} N={N} K={K}; warp-specialized (a TMA loader warp, two "
+    comment = (f"{op.name} M={M} N={N} K={K}"
+               + (f" and {partner.op.name}'s, their weights' rows interleaved"
+                  if partner is not None else "")
+               + "; warp-specialized (a TMA loader warp, two "
                f"consumer warpgroups {'taking tiles in turn' if pingpong else 'sharing a tile'})"
                f", persistent, {'fp16x1' if fp16 else 'bf16'} operands; epilogue: "
                f"{ops_comment(spec, em)}")
@@ -352,7 +409,8 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
                  None, comment, options={"maxnreg": MAXNREG})
     k.raw = kernel_source(name, k.params, em.pointers[a16], em.pointers[weight], M, N, K,
                           to_gluon(tile.lines), comment, "float16" if fp16 else "bfloat16",
-                          pingpong)
+                          pingpong, paired=partner is not None)
     # LOAD goes first among the constexprs, after the pointers (kernel_source's signature)
     k.tensors.append(LOAD.replace("{name}", name))
     b.gluon = b.tma = True
+

@@ -403,8 +403,10 @@ def _ws_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     power-of-two scales undone on the tile) and its epilogue by the warp-specialized
     Gluon kernel first (gluon_ws.py: a TMA loader warp and two consumer warpgroups, sharing a
     128 x 256 tile, then taking 128 x 128 tiles in turn; =pingpong: the other order; the
-    epilogue in 4 column slices), where the stage is a 2-D product of a weight
-    without a partner, on an sm_90 or later GPU, not decode-shaped. A stage whose row
+    epilogue in 4 column slices), where the stage is a 2-D product of a weight, on an sm_90
+    or later GPU, not decode-shaped; a stage with a partner (SwiGLU's gate beside its up
+    projection) by the cooperative schedule with both products in one tile (PAIRED: the
+    weights' rows interleaved, as the TMA kernel's paired tiles). A stage whose row
     reduction the builtin fuses on the tile cannot take it (CannotGenerate: the next
     configuration). Nor where _starved_by_tma (its tiles under a quarter of the SMs, the
     pointer kernel splitting K): H100, 2026-12-07 (benchmarks/results/2026-12-07h-h100-ws-gluon),
@@ -415,11 +417,18 @@ def _ws_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     if os.environ.get(WS_ENV) not in ("1", "pingpong") or precision != "bf16" \
             or scheme not in (None, FP16X1) \
             or target.interpreter or target.name != "cuda" or target.sm < 90 \
-            or stage.partner is not None or decode_shaped(stage) \
+            or decode_shaped(stage) \
             or not tma_eligible(spec, target, precision, stage, scheme) \
             or _starved_by_tma(spec, target, precision, stage, scheme):
         return []
     from kforge.providers.builtin.gluon_ws import CONFIG, PINGPONG
+    if stage.partner is not None:
+        # both products in one kernel (SwiGLU's gate and up, their weights' rows interleaved):
+        # the cooperative schedule only; where it cannot (gluon_ws.ws_eligible), none
+        con = stage.contraction
+        if stage.reductions or con.extent(con.n) % (CONFIG["BLOCK_N"] // 2):
+            return []
+        return [dict(CONFIG, num_stages=None, TMA=True, WS=True, PAIRED=True)]
     both = [dict(CONFIG, num_stages=None, TMA=True, WS=True),
             dict(PINGPONG, num_stages=None, TMA=True, WS=True)]
     return both[::-1] if os.environ.get(WS_ENV) == "pingpong" else both
