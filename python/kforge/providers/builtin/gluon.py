@@ -1,6 +1,6 @@
-"""The strict scheme's fp16x3 product in Gluon (config key GLUON; first on sm_90+ GPUs unless
+"""The strict scheme's fp16x3 product in Gluon (config key GLUON; first on sm_90 GPUs unless
 KFORGE_BUILTIN_GLUON=0: schemes._gluon_configs). H100, 2026-12-07: eight strict packages ran
-1.05-1.09x faster with it than with the Triton kernel, all verified.
+1.06-1.09x faster with it than with the Triton kernel, all verified.
 
 Triton keeps only a loop-carried accumulator's dot in flight, so the builtin's fp16x3 loop (a
 K step's three products into a fresh `part`, then `acc += part` in exact fp32) waits for the

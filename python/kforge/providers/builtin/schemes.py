@@ -266,7 +266,7 @@ TMA_DEFAULT = True
 # 128 x 128 tile runs the long main loop slower than the handoff's 128 x 256 and the stored
 # product is a smaller share of the time. =1: wherever eligible; =0: never.
 PARTIAL_ENV = "KFORGE_BUILTIN_PARTIAL"
-# strict's fp16x3 by the Gluon kernel (gluon.py) first on sm_90+ GPUs; =0: never (gluon_wanted)
+# strict's fp16x3 by the Gluon kernel (gluon.py) first on sm_90 GPUs; =0: never (gluon_wanted)
 GLUON_ENV = "KFORGE_BUILTIN_GLUON"
 # strict's fp16x3 with A's planes made in the GEMM kernel, no split pass (_insplit_configs);
 # opt-in: 0.69-0.85x the split pass's kernel on an H100 (2026-12-07)
@@ -577,9 +577,9 @@ def _tiles_128(con: Contraction) -> int:
 
 def gluon_wanted(target) -> bool:
     """Whether strict's fp16x3 is offered the Gluon kernel first (GLUON_ENV above): on an
-    sm_90 or later CUDA GPU unless KFORGE_BUILTIN_GLUON=0 (its wgmma groups are Hopper's; the
+    sm_90 CUDA GPU unless KFORGE_BUILTIN_GLUON=0 (its wgmma groups are Hopper's alone; the
     interpreter does not run Gluon)."""
-    if target.interpreter or target.name != "cuda" or target.sm < 90:
+    if target.interpreter or target.name != "cuda" or target.sm != 90:
         return False
     return os.environ.get(GLUON_ENV) != "0"
 
