@@ -338,6 +338,15 @@ def _finish_split_k(b: Builder, em: Emitter, name: str, vc: str, lines, config: 
     b.kernels[-1].tensors.append(vc)
 
 
+def output_tile_index(con: Contraction) -> tuple:
+    """The product's output index on a 2-D tile's rows `rm` and columns `rn` (the persistent
+    kernels' epilogues)."""
+    op = con.op
+    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
+    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
+    return tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+
+
 def split_slices(accs: list[str], slices: int, rows: str = "BLOCK_M",
                  ns: str = "tl") -> tuple[list[str], list[str]]:
     """Lines that split the accumulators `accs` (the tile's columns, in order, each [rows,
@@ -657,9 +666,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
                   "weight's column exponents (stored after its plane)")
         tile.emit(f"s_a = tl.load({em.pointers[f'{op.results[0]}_as']} + rm"
                   + (f", mask=rm < {M}, other=1.0)" if M % BM else ")"))
-    p_out = dict(zip(con.m, ix.unravel(ix.IVar("rm"), [con.sizes[d] for d in con.m])))
-    p_out.update(zip(con.n, ix.unravel(ix.IVar("rn"), [con.sizes[d] for d in con.n])))
-    tile_index = tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
+    tile_index = output_tile_index(con)
     if split_k > 1:
         # the K slice's partial product into the workspace; the epilogue kernel sums them
         _store_split_k_slice(b, em, tile, op.results[0], M * N, tile_index,
@@ -684,14 +691,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     accs_p = []
     if weight_p is not None:        # the second half's slices: the partner's product
         accs, accs_p = accs[:epi_slices // 2], accs[epi_slices // 2:]
-    tile_index_p = None
-    if weight_p is not None:
-        pp = dict(zip(partner.m, ix.unravel(ix.IVar("rm"),
-                                            [partner.sizes[d] for d in partner.m])))
-        pp.update(zip(partner.n, ix.unravel(ix.IVar("rn"),
-                                            [partner.sizes[d] for d in partner.n])))
-        tile_index_p = tuple(compose(r, pp) for r in
-                             partner.op.indexing_maps[partner.op.num_inputs].results)
+    tile_index_p = output_tile_index(partner) if weight_p is not None else None
     for i, a in enumerate(accs):
         part = tile
         first = "pid_n * BLOCK_N" if weight_p is None else "pid_n * (BLOCK_N // 2)"

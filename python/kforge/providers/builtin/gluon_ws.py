@@ -245,16 +245,6 @@ def kernel_source(name: str, params: list[str], a: str, b: str, M: int, N: int, 
     return src
 
 
-def _tile_index(con, rm: str = "rm", rn: str = "rn") -> tuple:
-    """The product's output index on the tile's rows `rm` and columns `rn`."""
-    from kforge.providers.builtin import indexing as ix
-    from kforge.providers.builtin.emitter import compose
-    op = con.op
-    p_out = dict(zip(con.m, ix.unravel(ix.IVar(rm), [con.sizes[d] for d in con.m])))
-    p_out.update(zip(con.n, ix.unravel(ix.IVar(rn), [con.sizes[d] for d in con.n])))
-    return tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
-
-
 def sliced_epilogue(b, em, tile, con, outputs: list[str], slices: int, rows: str,
                     first_col: str, scale=None, partner=None) -> None:
     """The region's epilogue on the accumulator `acc` [rows, BLOCK_N] bound in `tile` (with
@@ -266,20 +256,20 @@ def sliced_epilogue(b, em, tile, con, outputs: list[str], slices: int, rows: str
     second half the partner's same columns; slice i of each is on the tile at once, the
     partner's bound where the region reads the partner's result (gemm.py's paired tiles)."""
     from kforge.providers.builtin.emitter import Scope, Val
-    from kforge.providers.builtin.gemm import _emit_epilogue, split_slices
+    from kforge.providers.builtin.gemm import _emit_epilogue, output_tile_index, split_slices
     lines, accs = split_slices(["acc"], slices, rows, "gl")
     for line in lines:
         tile.emit(line)
-    tile_index = _tile_index(con)
+    tile_index = output_tile_index(con)
     accs_p = []
     if partner is not None:
         accs, accs_p = accs[:slices // 2], accs[slices // 2:]
+        partner_at = (partner.op.results[0], output_tile_index(partner))
     for i, a in enumerate(accs):
         part = Scope(tile, binds={"rn"}, depth=tile.depth,
                      header=f"# columns [{i} * EPI_N, {i + 1} * EPI_N) of the "
                      + ("tile" if partner is None else "product (the partner's: slice "
                         f"{i + len(accs)} of the tile)"))
-        bound = {}
         for x in [a] + accs_p[i:i + 1]:
             part.emit(f"{x} = gl.convert_layout({x}, blk)")
         part.emit(f"rn = {first_col} + {i} * EPI_N + gl.arange(0, EPI_N)[None, :]")
@@ -287,9 +277,7 @@ def sliced_epilogue(b, em, tile, con, outputs: list[str], slices: int, rows: str
             scale(part, a, i)
             if accs_p:
                 scale(part, accs_p[i], i + len(accs))
-        if accs_p:
-            bound[(partner.op.results[0], _tile_index(partner))] = Val(
-                accs_p[i], frozenset({"rm", "rn"}), "f32")
+        bound = {partner_at: Val(accs_p[i], frozenset({"rm", "rn"}), "f32")} if accs_p else {}
         _emit_epilogue(b, em, part, con, tile_index, outputs, "f32", frozenset({"rm", "rn"}),
                        acc=a, bound=bound)
         part.close()
@@ -312,9 +300,8 @@ def ws_eligible(b, stage, config: dict, fuse_rows: bool, split_k: int) -> str | 
         return "a 2-D product of a K-major weight with K % 8 == 0"
     if paired:
         from kforge.providers.builtin.analysis import RegionShape
-        con, half = stage.contraction, config["BLOCK_N"] // 2
-        if config.get("PINGPONG") or config.get("EPI_SPLIT", CONFIG["EPI_SPLIT"]) not in (2, 4) \
-                or con.extent(con.n) % half:
+        from kforge.providers.builtin.kernels import _both_products_in_one_kernel
+        if config.get("PINGPONG") or not _both_products_in_one_kernel(stage, config):
             return "PAIRED: the cooperative schedule, 2 or 4 slices, N a multiple of BLOCK_N / 2"
         if not tma_eligible(b.spec, b.target, b.precision,
                             RegionShape("gemm", [], contraction=stage.partner), scheme):
@@ -413,4 +400,3 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     # LOAD goes first among the constexprs, after the pointers (kernel_source's signature)
     k.tensors.append(LOAD.replace("{name}", name))
     b.gluon = b.tma = True
-

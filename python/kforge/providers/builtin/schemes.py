@@ -424,11 +424,10 @@ def _ws_configs(spec: KernelSpec, target, precision: str, stage: RegionShape,
     from kforge.providers.builtin.gluon_ws import CONFIG, PINGPONG
     if stage.partner is not None:
         # both products in one kernel (SwiGLU's gate and up, their weights' rows interleaved):
-        # the cooperative schedule only; where it cannot (gluon_ws.ws_eligible), none
-        con = stage.contraction
-        if stage.reductions or con.extent(con.n) % (CONFIG["BLOCK_N"] // 2):
-            return []
-        return [dict(CONFIG, num_stages=None, TMA=True, WS=True, PAIRED=True)]
+        # the cooperative schedule only, where the paired tile applies (else none)
+        from kforge.providers.builtin.kernels import _both_products_in_one_kernel
+        paired = dict(CONFIG, num_stages=None, TMA=True, WS=True, PAIRED=True)
+        return [paired] if _both_products_in_one_kernel(stage, paired) else []
     both = [dict(CONFIG, num_stages=None, TMA=True, WS=True),
             dict(PINGPONG, num_stages=None, TMA=True, WS=True)]
     return both[::-1] if os.environ.get(WS_ENV) == "pingpong" else both
@@ -590,7 +589,7 @@ def _gluon_configs(target, stage: RegionShape, scheme: str) -> list:
     stage has one product (its epilogue fused on the tile, or a rows kernel finishing from the
     stored product), where gluon_wanted. H100, 2026-12-07 (benchmarks/results/
     2026-12-07h-h100-ws-gluon): alone 0.79-0.85 of the 3 x bf16 pace against the Triton
-    kernel's 0.73-0.79; eight strict packages 1.05-1.09x faster in place, all verified."""
+    kernel's 0.73-0.79; eight strict packages 1.06-1.09x faster in place, all verified."""
     if not gluon_wanted(target) or scheme != FP16X3 or stage.partner is not None:
         return []
     from kforge.providers.builtin.gluon import CONFIG
