@@ -347,6 +347,25 @@ def output_tile_index(con: Contraction) -> tuple:
     return tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
 
 
+
+def partner_fits_tma(b: Builder, partner: Contraction, scheme) -> bool:
+    """A paired tile's partner product (SwiGLU's other half): its weight is read by TMA like
+    the product's own, so it must fit a descriptor too (the TMA and warp-specialized kernels'
+    paired tiles)."""
+    return tma_eligible(b.spec, b.target, b.precision, RegionShape("gemm", [], contraction=partner),
+                        scheme)
+
+
+def pair_weights(b: Builder, em: Emitter, op, partner: Contraction, weight: str, weight_p: str,
+                 BN: int, N: int, K: int, who: str = "") -> None:
+    """Record a paired tile's interleaved weight (prepare_weights lays the two weights' rows
+    out by BLOCK_N / 2 under `weight`), once both products are known to start from zero: the
+    one accumulator holds both, so neither can start from its own init. `who` prefixes the
+    error."""
+    if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
+        raise CannotGenerate(f"{who}a partner product: both products start from zero")
+    b.paired_weights[weight] = (weight_p, BN // 2, N, K)
+
 def split_slices(accs: list[str], slices: int, rows: str = "BLOCK_M",
                  ns: str = "tl") -> tuple[list[str], list[str]]:
     """Lines that split the accumulators `accs` (the tile's columns, in order, each [rows,
@@ -559,9 +578,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
             raise CannotGenerate("a partner product: bf16 or fp16x1 operands, one column part, "
                                  "no fused row reduction, 2 or 4 slices, N a multiple of "
                                  "BLOCK_N / 2")
-        if not tma_eligible(spec, target, b.precision, RegionShape("gemm", [],
-                                                                   contraction=partner),
-                            scheme):
+        if not partner_fits_tma(b, partner, scheme):
             raise CannotGenerate(f"{partner.op.name}: the partner's weight does not fit TMA")
         weight_p = weight_source(spec, partner.op.operands[partner.b], widened=bf16_ops)
     b.descriptor_args.update({a16, weight, weight_p} & {a.name for a in spec.args})
@@ -573,9 +590,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
     em.loads.setdefault(a16, set()).add("dot")
     em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
     if weight_p is not None:
-        if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
-            raise CannotGenerate("a partner product: both products start from zero")
-        b.paired_weights[weight] = (weight_p, BN // 2, N, K)
+        pair_weights(b, em, op, partner, weight, weight_p, BN, N, K)
     if scheme in FP16_SCHEMES:
         em.loads.setdefault(f"{op.results[0]}_as", set()).add("other")
         b.fp16_weights[weight] = ((0,), planes)         # [hi (, lo) plane, column exponents]

@@ -299,12 +299,11 @@ def ws_eligible(b, stage, config: dict, fuse_rows: bool, split_k: int) -> str | 
     if not tma_eligible(b.spec, b.target, b.precision, stage, scheme):
         return "a 2-D product of a K-major weight with K % 8 == 0"
     if paired:
-        from kforge.providers.builtin.analysis import RegionShape
+        from kforge.providers.builtin.gemm import partner_fits_tma
         from kforge.providers.builtin.kernels import _both_products_in_one_kernel
         if config.get("PINGPONG") or not _both_products_in_one_kernel(stage, config):
             return "PAIRED: the cooperative schedule, 2 or 4 slices, N a multiple of BLOCK_N / 2"
-        if not tma_eligible(b.spec, b.target, b.precision,
-                            RegionShape("gemm", [], contraction=stage.partner), scheme):
+        if not partner_fits_tma(b, stage.partner, scheme):
             return f"PAIRED: the partner {stage.partner.op.name}'s weight does not fit TMA"
     return None
 
@@ -318,6 +317,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     from kforge.providers.builtin.analysis import weight_source
     from kforge.providers.builtin.builder import ops_comment
     from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope
+    from kforge.providers.builtin.gemm import pair_weights
     from kforge.providers.builtin.schemes import FP16X1, bf16_a_source
     why = ws_eligible(b, shape, config, fuse_rows, split_k)
     if why:
@@ -352,11 +352,8 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     em.loads.setdefault(a16, set()).add("dot")
     em.loads.setdefault(weight, set()).add("dot")       # bf16 / fp16 from prepare_weights
     if weight_p is not None:
-        if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
-            raise CannotGenerate("the warp-specialized kernel: a partner product: both "
-                                 "products start from zero")
-        # prepare_weights interleaves the two weights' rows by BLOCK_N / 2 under `weight`
-        b.paired_weights[weight] = (weight_p, BN // 2, N, K)
+        pair_weights(b, em, op, partner, weight, weight_p, BN, N, K,
+                     who="the warp-specialized kernel: ")
     tile = Scope(None, binds={"rm"}, depth=2)
     em.root = tile
     if fp16:
