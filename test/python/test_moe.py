@@ -446,7 +446,11 @@ def test_the_last_layers_experts_are_split_off_and_keep_bf16(tmp_path, kforge_op
     h2, moe = next((h, rec["region"]) for h, rec in sites.items()
                    if kernels[h]["launch"]["config"].get("fp32_dot"))
     assert kernels[moe]["precision"] == "strict"
-    assert kernels[moe]["launch"]["config"]["fp32_dot"] == "fp16x3"
+    # an fp32-grade product: fp16x3 first, tf32x3 where fp16x3 misses the strict contract
+    # against this CPU's fp32 PyTorch (the contract's bound is fp32's own error, which differs
+    # by CPU: on an AMD EPYC, 2026-12-08, one element at 2.16x, over the 2x bound then in force
+    # for results of any size)
+    assert kernels[moe]["launch"]["config"]["fp32_dot"] in ("fp16x3", "tf32x3")
     assert all(kernels[h]["precision"] == "bf16" for h in sites)
     assert kernels[h2]["launch"]["config"]["fp32_dot"] == "fp16x1"
     package = open_package(tmp_path / "pkg")

@@ -876,7 +876,8 @@ class _CheckResult:
                 "ratio": (self.err_vs_f64 / self.fp32_err) if self.fp32_err > 0 else None,
                 "elements_over_bound": self.over_bound,
                 "rule": f"|kforge - f64| <= max({contract.FACTOR:g} x max|eager fp32 - f64|, "
-                        f"{contract.ULP_FLOOR:g} eps |f64|) per element"}
+                        f"{contract.ULP_FLOOR:g} eps |f64|) per element ({contract.SMALL_FACTOR:g}"
+                        f" x for a result under {contract.SMALL_RESULT} elements)"}
 
 
 def _one_line(pr: PolicyResult, res: WorkloadResult) -> str:

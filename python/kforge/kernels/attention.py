@@ -94,7 +94,7 @@ from __future__ import annotations
 import math
 import textwrap
 
-from kforge.kernels import BF16_RNE_SOURCE
+from kforge.kernels import BF16_RNE_SOURCE, POW2_SOURCE
 
 # Any head dim from 1 to MAX_HEAD_DIM is taken, padded to a power of two of at least 16 (a dot's
 # side) with masked loads; HEAD_DIMS are the widths the configuration lists were cross-compiled
@@ -133,7 +133,7 @@ def _mma(a, b, PREC: tl.constexpr, INTERP: tl.constexpr):
 
 ''' + BF16_RNE_SOURCE
 
-_KERNEL = MMA_SOURCE + '''
+_KERNEL = MMA_SOURCE + POW2_SOURCE + '''
 
 @triton.jit
 def _dot_fp16x3(a, b, INTERP: tl.constexpr):
@@ -151,11 +151,8 @@ def _dot_fp16x3(a, b, INTERP: tl.constexpr):
 def _pow2_scales(amax):
     """(2**(15 - e), 2**(e - 15)) with amax < 2**e: the power of two that brings a slice whose
     largest |x| is amax under 2**15 (fp16's top binade; 1 for a zero slice), and its inverse."""
-    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126     # amax < 2**e
-    e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)
-    up = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)        # 2**(15 - e)
-    down = ((127 - 15 + e) << 23).to(tl.float32, bitcast=True)      # 2**(e - 15)
-    return up, down
+    e = _pow2_exp(amax)
+    return _pow2(15 - e), _pow2(e - 15)
 
 @triton.jit
 def _prep_k16(K, K16, KS, Skv, H, stride_kb, stride_kh, stride_kn, stride_kd,

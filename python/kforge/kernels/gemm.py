@@ -78,6 +78,8 @@ import re
 import textwrap
 from typing import Iterable, Sequence
 
+from kforge.kernels import POW2_SOURCE
+
 PRECISIONS = ("strict", "tf32", "bf16")
 IMPLS = {
     "strict": ("fp16x3", "3xtf32", "bf16x3", "tf32x3", "ieee", "tri-bf16x3", "tri-bf16x6"),
@@ -749,7 +751,7 @@ def {name}_prep_a(x_ptr, y_ptr, numel, BLOCK: tl.constexpr, MODE: tl.constexpr):
 
 '''
 
-_PREP_ROWS_FP16 = '''
+_PREP_ROWS_FP16 = POW2_SOURCE + '''
 @triton.jit
 def {name}_prep_a_fp16(x_ptr, y_ptr, s_ptr, M, K, stride_xm, BLOCK: tl.constexpr):
     """Row m of A -> hi, lo fp16 planes of x * 2**(15 - e_m) (|x| < 2**e_m on the row, so the
@@ -761,12 +763,9 @@ def {name}_prep_a_fp16(x_ptr, y_ptr, s_ptr, M, K, stride_xm, BLOCK: tl.constexpr
     for k0 in range(0, K, BLOCK):
         offs = k0 + tl.arange(0, BLOCK)
         amax = tl.maximum(amax, tl.abs(tl.load(xrow + offs, mask=offs < K, other=0.0)))
-    m = tl.max(amax, 0)
-    e = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126      # m < 2**e (normal m)
-    e = tl.minimum(tl.maximum(e, -100), 100)
-    e = tl.where(m > 0, e, 0)
-    scale = ((127 + 15 - e) << 23).to(tl.float32, bitcast=True)   # 2**(15 - e)
-    tl.store(s_ptr + row, ((127 - 15 + e) << 23).to(tl.float32, bitcast=True))
+    e = _pow2_exp(tl.max(amax, 0))
+    scale = _pow2(15 - e)
+    tl.store(s_ptr + row, _pow2(e - 15))
     yrow = y_ptr + row.to(tl.int64) * K
     plane = M.to(tl.int64) * K
     for k0 in range(0, K, BLOCK):

@@ -239,10 +239,8 @@ def _moe_split_w(W, OUT, KR, N, swe, swk, swn, BLOCK: tl.constexpr):
     amax = tl.zeros([BLOCK], dtype=tl.float32)
     for k in range(0, KR):
         amax = tl.maximum(amax, tl.abs(tl.load(src + k * swk, mask=ok, other=0.0).to(tl.float32)))
-    ex = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126
-    ex = tl.minimum(tl.maximum(ex, -100), 100)
-    ex = tl.where(amax > 0, ex, 0)
-    scale = ((127 + 15 - ex) << 23).to(tl.float32, bitcast=True)
+    ex = _pow2_exp(amax)
+    scale = _pow2(15 - ex)
     dst = OUT + e * (2 * KR + 1) * N + cols
     for k in range(0, KR):
         x = tl.load(src + k * swk, mask=ok, other=0.0).to(tl.float32) * scale
@@ -295,8 +293,7 @@ def _planes_dot(A, LO_A, a_rows, row_ok, B, LO_B, LDB, cols, col_ok, KDIM, acc,
 @triton.jit
 def _col_scale(W, ROW, cols, col_ok):
     """2**(e_n - 15) of each column, from the exponent row of a prepared weight."""
-    ex = tl.load(W + ROW + cols, mask=col_ok, other=0.0).to(tl.int32)
-    return ((127 + ex) << 23).to(tl.float32, bitcast=True)
+    return _pow2(tl.load(W + ROW + cols, mask=col_ok, other=0.0).to(tl.int32))
 
 
 @triton.jit
