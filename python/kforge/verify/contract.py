@@ -14,7 +14,8 @@ CPU, 2026-12-08: the textbook attention formula in fp32 against PyTorch's own fp
 against float64, 300 random checks a size: at 256 elements its error was over 2x SDPA's in 11,
 at most 2.89x; at 1,024 in 1 (2.24x); at 4,096 and 16,384 in none (at most 1.40x). Two
 computations of equal accuracy then fail each other's 2x now and then, and which one fails
-depends on the CPU's fp32 kernels.) The RMS-scaled atol alone lets a kernel through whose error is far above what fp32
+depends on the CPU's fp32 kernels: benchmarks/contract/small_results_noise.py.) The RMS-scaled
+atol alone lets a kernel through whose error is far above what fp32
 arithmetic gives: a row sum over a GEMM output with large cancellation was 2.3e-2 off where
 fp32 eager was 3.5e-3 off float64 (H200, 2026-12-01), inside 1e-4 * RMS(ref). The floor of a
 few units in the last place of each element keeps regions where fp32 is exact or nearly so
