@@ -18,6 +18,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -216,6 +217,7 @@ def compile_source(source: str, arg_shapes: list[tuple[list[int], str]], arch: i
         return None
 
     _undo_interpreter_patches()
+    _import_gluon()
     with tempfile.TemporaryDirectory(prefix="kforge-xcompile-") as tmp:
         path = Path(tmp) / f"{name}.py"          # @triton.jit needs a real file for its source
         path.write_text(source)
@@ -311,7 +313,7 @@ def _undo_interpreter_patches() -> None:
         for name, member in list(vars(owner).items()):
             if "_patch_attr" not in getattr(member, "__qualname__", ""):
                 continue
-            original = (getattr(member, "__kwdefaults__", None) or {}).get("member")
+            original = _unwrap_patch(member)
             if original is not None:
                 setattr(owner, name, original)
     owners = _patch_owners()
@@ -327,9 +329,79 @@ def _undo_interpreter_patches() -> None:
                         delattr(owner, name)
                 else:
                     setattr(owner, name, original)
+    _undo_gluon_captures(tl, core)
+
+
+def _unwrap_patch(member):
+    """The builtin under an interpreter's replacement (its `member` default), through
+    replacements of replacements (a kernel run while another's were in place); None where
+    there is none."""
+    while member is not None and "_patch_attr" in getattr(member, "__qualname__", ""):
+        member = (getattr(member, "__kwdefaults__", None) or {}).get("member")
+    return member
+
+
+def _undo_gluon_captures(tl, core) -> None:
+    """Gluon's language modules re-export builtins of triton.language (gl.exp, gl.sqrt,
+    gl.reduce, ...), bound when Gluon is first imported. Triton imports Gluon to read a tensor
+    descriptor's type, which happens while a TMA kernel runs in the interpreter: the modules
+    then keep the interpreter's replacements for good, and a real compile of a Gluon kernel
+    calling one fails ("Did you forget to add @triton.gluon.jit?"; seen once an interpreter
+    test of a TMA kernel had run first, in a process with a cold Triton cache). Each is set back
+    to the builtin it replaced (the language's own, restored above)."""
+    for mname, mod in list(sys.modules.items()):
+        if mod is None or not mname.startswith("triton.experimental.gluon.language"):
+            continue
+        for name, value in list(vars(mod).items()):
+            inner = getattr(value, "__wrapped__", None)
+            if inner is not None and "_patch_attr" in getattr(inner, "__qualname__", ""):
+                # Gluon's own builtin() around the replacement (gl.exp = builtin(tl.math.exp))
+                from triton.experimental.gluon.language._core import builtin
+                original = _unwrap_patch(inner)
+                original = builtin(original) if original is not None else None
+            elif "_patch_attr" in getattr(value, "__qualname__", ""):
+                original = _unwrap_patch(value)
+            elif _is_patch(value):
+                original = next((o.__dict__[name] for o in (core, tl, tl.math)
+                                 if name in o.__dict__ and not _is_patch(o.__dict__[name])),
+                                None)
+            else:
+                continue
+            if original is not None:
+                setattr(mod, name, original)
 
 
 _snapshot_language()
+
+
+def _import_gluon() -> None:
+    """Import Triton's Gluon (where this Triton has it) before a source that uses it loads.
+    At its import Gluon wraps triton.language.standard's functions (cdiv, sum, max, ...) in
+    its own JITFunctions, and asserts that they are JITFunctions unless the interpreter is on.
+    Where triton.language was imported under TRITON_INTERPRET=1 (the test suite's processes)
+    they are the interpreter's, so a first import of Gluon after the variable was cleared (a
+    cross-compile) failed with a bare AssertionError: "the source does not load" for every
+    Gluon kernel. The import sees the interpreter on there; Gluon's wrappers are its own
+    JITFunctions of the same Python functions either way."""
+    if "triton.experimental.gluon" in sys.modules:
+        return
+    try:
+        import triton.language.standard as standard
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return
+    saved = os.environ.get("TRITON_INTERPRET")
+    if not isinstance(standard.cdiv, JITFunction):
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
 
 
 def compile_candidate(source: str, spec, arch: int = 90, dynamic_size: int = 8,

@@ -226,6 +226,51 @@ def test_compiles_after_the_interpreter_left_the_language_patched():
         del scope
 
 
+_GLUON_AFTER_INTERPRETER = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import triton.language as tl
+from triton.runtime import interpreter
+from kforge.providers.builtin import candidates, config_space
+from test_builtin import _big_spec
+import kforge.crosscompile as xc
+scope_globals = {"tl": tl}
+exec("def kernel(x):\\n    pass\\n", scope_globals)
+scope = interpreter._patch_lang(scope_globals["kernel"])     # a leak, as a TMA kernel's run
+import triton.experimental.gluon.language as gl              # (Triton imports Gluon then)
+assert "_patch_attr" in gl.exp.__qualname__, gl.exp.__qualname__
+os.environ.pop("TRITON_INTERPRET")
+os.environ["KFORGE_BUILTIN_WS"] = "1"
+spec = _big_spec(Path(sys.argv[1]) / "sw", "swiglu", M=1024, K=512, N=1024)
+first = next(c for c in config_space(spec, "cuda", "bf16") if c.get("WS"))
+src = candidates(spec, "cuda", "bf16", [first])[0].source
+assert "gl.exp(" in src and "gl.warp_specialize(" in src
+reports = xc.compile_candidate(src, spec, 90, name="t")
+print([(r.name, r.ok, r.error[:300]) for r in reports])
+sys.exit(0 if reports and all(r.ok for r in reports) else 1)
+"""
+
+
+def test_gluon_compiles_after_the_interpreter_imported_it(tmp_path):
+    """Triton imports Gluon to read a tensor descriptor's type, which happens while a TMA
+    kernel runs in the interpreter: Gluon's language modules then keep the interpreter's
+    replacements of the builtins they re-export (gl.exp, gl.sqrt, ...) for good, and a real
+    compile of a Gluon kernel calling one failed (2026-12-08: test_builtin_siblings' Gluon
+    compiles, on a cold Triton cache, after its interpreter tests). In a fresh process (its own
+    Triton cache, so the kernel is really compiled): the language patched, Gluon imported under
+    the patch, then the warp-specialized SwiGLU kernel (its epilogue calls gl.exp) compiles."""
+    pytest.importorskip("triton.experimental.gluon")
+    interpreter = pytest.importorskip("triton.runtime.interpreter")
+    if not hasattr(interpreter, "_patch_lang"):
+        pytest.skip("this Triton's interpreter patches the language otherwise")
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.run([sys.executable, "-c", _GLUON_AFTER_INTERPRETER, str(tmp_path),
+                          str(Path(__file__).parent)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="cross-compiling test")
 def test_kforge_xcompile_command(tmp_path, repo_root):
     pkg = tmp_path / "pkg"
