@@ -349,6 +349,9 @@ def _undo_gluon_captures(tl, core) -> None:
     calling one fails ("Did you forget to add @triton.gluon.jit?"; seen once an interpreter
     test of a TMA kernel had run first, in a process with a cold Triton cache). Each is set back
     to the builtin it replaced (the language's own, restored above)."""
+    if "triton.experimental.gluon.language._core" not in sys.modules:
+        return                              # Gluon not imported (or not in this Triton)
+    from triton.experimental.gluon.language._core import builtin
     for mname, mod in list(sys.modules.items()):
         if mod is None or not mname.startswith("triton.experimental.gluon.language"):
             continue
@@ -356,7 +359,6 @@ def _undo_gluon_captures(tl, core) -> None:
             inner = getattr(value, "__wrapped__", None)
             if inner is not None and "_patch_attr" in getattr(inner, "__qualname__", ""):
                 # Gluon's own builtin() around the replacement (gl.exp = builtin(tl.math.exp))
-                from triton.experimental.gluon.language._core import builtin
                 original = _unwrap_patch(inner)
                 original = builtin(original) if original is not None else None
             elif "_patch_attr" in getattr(value, "__qualname__", ""):

@@ -36,6 +36,9 @@ POW2_EXPONENT = ("e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126",
                  "e = tl.where(amax > 0, tl.minimum(tl.maximum(e, -100), 100), 0)")
 POW2_SCALE = "((127 + 15 - e) << 23).to(tl.float32, bitcast=True)"      # 2**(15 - e)
 POW2_UNSCALE = "((127 - 15 + e) << 23).to(tl.float32, bitcast=True)"    # 2**(e - 15)
+# 2**e_b from a prepared weight's stored column exponents e_b (e - 15): the epilogue's undo of
+# the column's scale; {ns}: tl, or gl in a Gluon kernel
+POW2_COLUMN = "((e_b + 127) << 23).to({ns}.float32, bitcast=True)"
 
 
 def build_split_pass(b: Builder, shape: RegionShape, side: str, planes: str, scale: str,
@@ -347,7 +350,6 @@ def output_tile_index(con: Contraction) -> tuple:
     return tuple(compose(r, p_out) for r in op.indexing_maps[op.num_inputs].results)
 
 
-
 def partner_fits_tma(b: Builder, partner: Contraction, scheme) -> bool:
     """A paired tile's partner product (SwiGLU's other half): its weight is read by TMA like
     the product's own, so it must fit a descriptor too (the TMA and warp-specialized kernels'
@@ -365,6 +367,7 @@ def pair_weights(b: Builder, em: Emitter, op, partner: Contraction, weight: str,
     if em.init_constant(op.inits[0]) != 0.0 or em.init_constant(partner.op.inits[0]) != 0.0:
         raise CannotGenerate(f"{who}a partner product: both products start from zero")
     b.paired_weights[weight] = (weight_p, BN // 2, N, K)
+
 
 def split_slices(accs: list[str], slices: int, rows: str = "BLOCK_M",
                  ns: str = "tl") -> tuple[list[str], list[str]]:
@@ -717,7 +720,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
         if scheme in FP16_SCHEMES and weight_p is None:
             part.emit(f"e_b = tl.load({em.pointers[weight]} + {planes * N * K} + rn"
                       + (f", mask=rn < {N}, other=0.0)" if N % BN else ")") + ".to(tl.int32)")
-            part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(tl.float32, bitcast=True)")
+            part.emit(f"{a} = {a} * s_a * {POW2_COLUMN.format(ns='tl')}")
         elif scheme in FP16_SCHEMES:
             # the paired weight's column exponents, interleaved as its rows: this product's
             # at the tile's first half, the partner's at its second
@@ -725,8 +728,7 @@ def _emit_gemm_tma(b: Builder, shape: RegionShape, outputs: list[str], config: d
                                  (accs_p[i], f"pid_n * BLOCK_N + BLOCK_N // 2 + {i} * EPI_N")):
                 part.emit(f"e_b = tl.load({em.pointers[weight]} + {2 * N * K} + {at} + "
                           "tl.arange(0, EPI_N)[None, :]).to(tl.int32)")
-                part.emit(f"{acc_name} = {acc_name} * s_a * ((e_b + 127) << 23).to(tl.float32, "
-                          "bitcast=True)")
+                part.emit(f"{acc_name} = {acc_name} * s_a * {POW2_COLUMN.format(ns='tl')}")
         col = first + (f" + {i} * EPI_N" if epi_slices > 1 else "")
         bound = {}
         if weight_p is not None:
@@ -863,7 +865,7 @@ def _fp16x3_step(b: Builder, em: Emitter, con: Contraction, loop: Scope, p_b: di
         wide = planes * math.prod(wshape) + math.prod(wshape[j] for j in n_dims) >= WIDE_OFFSETS
         undo.append(f"e_b = tl.load({em.pointers[b_weight]} + {ix.render(tail, wide)})"
                     ".to(tl.int32)  # B's column exponents e - 15 (after its planes)")
-        sb = "((e_b + 127) << 23).to(tl.float32, bitcast=True)"
+        sb = POW2_COLUMN.format(ns="tl")
         b.fp16_weights[b_weight] = (n_dims, planes)
     else:
         sb = plane_loads("b", col_b, "kb", N)

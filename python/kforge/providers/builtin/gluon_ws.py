@@ -317,7 +317,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
     from kforge.providers.builtin.analysis import weight_source
     from kforge.providers.builtin.builder import ops_comment
     from kforge.providers.builtin.emitter import CannotGenerate, KVar, Scope
-    from kforge.providers.builtin.gemm import pair_weights
+    from kforge.providers.builtin.gemm import POW2_COLUMN, pair_weights
     from kforge.providers.builtin.schemes import FP16X1, bf16_a_source
     why = ws_eligible(b, shape, config, fuse_rows, split_k)
     if why:
@@ -372,7 +372,7 @@ def emit_gemm_ws(b, shape, outputs: list[str], config: dict, name: str, fuse_row
         else:               # the paired weight's, interleaved as its rows: slice i of the tile
             part.emit(f"e_b = gl.load({em.pointers[weight]} + {2 * N * K} + pid_n * BLOCK_N + "
                       f"{i} * EPI_N + gl.arange(0, EPI_N)[None, :]).to(gl.int32)")
-        part.emit(f"{a} = {a} * s_a * ((e_b + 127) << 23).to(gl.float32, bitcast=True)")
+        part.emit(f"{a} = {a} * s_a * {POW2_COLUMN.format(ns='gl')}")
 
     sliced_epilogue(b, em, tile, con, outputs, slices, rows,
                     "pid_n * BLOCK_N" if partner is None else "pid_n * (BLOCK_N // 2)",
